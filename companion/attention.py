@@ -67,6 +67,25 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise ValueError(f"q and k must have at least one position, got q {tuple(q.shape)}, k {tuple(k.shape)}")
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "the leading (batch, head) dimensions of q, k and v must broadcast, got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        ) from None
+
+
+def _check_causal(is_causal: bool, mask: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> None:
+    """``is_causal`` excludes an explicit mask and needs as many keys as queries (self-attention)."""
+    if not is_causal:
+        return
+    if mask is not None:
+        raise ValueError("pass either mask or is_causal=True, not both (combine them into one boolean mask)")
+    if k.shape[-2] != q.shape[-2]:
+        raise ValueError(
+            f"is_causal=True needs as many keys as queries, got {q.shape[-2]} queries and {k.shape[-2]} keys"
+        )
 
 
 def _scores_shape(q: torch.Tensor, k: torch.Tensor) -> tuple[int, ...]:
@@ -88,8 +107,8 @@ def scaled_dot_product_attention(
         k: keys ``[..., n, d_k]``.
         v: values ``[..., n, d_v]``.
         mask: optional boolean mask broadcastable to ``[..., m, n]``; True = may attend.
-        dropout_p: dropout probability applied to the weights before they multiply ``v``
-            (only when ``torch.is_grad_enabled()`` and ``dropout_p > 0``).
+        dropout_p: dropout probability applied to the weights before they multiply ``v`` whenever
+            ``dropout_p > 0`` (as in :func:`torch.nn.functional.scaled_dot_product_attention`; pass 0 in eval).
 
     Returns:
         ``(output [..., m, d_v], weights [..., m, n])``. The returned weights are the softmax
@@ -106,7 +125,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         # A row with every key masked is softmax(-inf, ..., -inf) = NaN: define it as all zeros instead.
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 and torch.is_grad_enabled() else weights
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return dropped @ v, weights
 
 
@@ -124,8 +143,12 @@ def fast_attention(
     causal mask without materialising it (lets PyTorch pick the flash kernel); it cannot be combined with
     ``mask``. Fully masked query rows return zeros, as in the reference path.
     """
-    if is_causal and mask is not None:
-        raise ValueError("pass either mask or is_causal=True to fast_attention, not both")
+    _check_qkv(q, k, v)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    _check_causal(is_causal, mask, q, k)
+    if mask is not None:
+        check_bool_mask("mask", mask, _scores_shape(q, k))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
     if mask is not None:
         # Fully masked rows come out of some kernels as NaN; define them as zeros, like the reference path.
@@ -211,11 +234,10 @@ class MultiHeadAttention(nn.Module):
         """Attention over already projected heads ``[batch, heads, seq, d_head]``; returns merged output
         ``[batch, m, d_model]`` (after ``out_proj``) and the weights ``[batch, heads, m, n]`` or None."""
         p = self.dropout if self.training else 0.0
+        _check_causal(is_causal, mask, q, k)
         if need_weights:
             if is_causal:
                 mask = causal_mask(q.shape[-2], device=q.device)
-                if k.shape[-2] != q.shape[-2]:
-                    raise ValueError("is_causal=True needs as many keys as queries")
             heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         else:
             heads, weights = fast_attention(q, k, v, mask=mask, dropout_p=p, is_causal=is_causal), None
@@ -235,8 +257,8 @@ class MultiHeadAttention(nn.Module):
         Args:
             query: ``[batch, m, d_model]``.
             key, value: ``[batch, n, d_model]``.
-            mask: boolean, broadcastable to ``[batch, heads, m, n]`` (e.g. ``[batch, 1, 1, n]`` for key
-                padding or ``[m, n]`` for causality); True = may attend.
+            mask: boolean, 2-D ``[m, n]`` or 4-D broadcastable to ``[batch, heads, m, n]`` (e.g.
+                ``[batch, 1, 1, n]`` for key padding, ``[m, n]`` for causality); True = may attend.
             need_weights: also return the attention weights (uses the explicit reference path).
             is_causal: apply a causal mask without materialising it (self-attention, m == n).
 
@@ -246,6 +268,7 @@ class MultiHeadAttention(nn.Module):
         """
         self._check_inputs(query, key, value)
         if mask is not None:
+            check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
             check_bool_mask("mask", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
         q = self.split_heads(self.q_proj(query))
         k, v = self.project_kv(key, value)

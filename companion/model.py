@@ -399,10 +399,11 @@ class Transformer(nn.Module):
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``[batch, tgt_len, tgt_vocab]`` for ``src [batch, n]``, ``tgt [batch, t]``."""
+        check_token_ids("src", src, self.config.src_vocab_size)
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size)
-        memory, src_mask = self.encode(src)
-        if memory.shape[0] != tgt.shape[0]:
+        if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"src and tgt must have the same batch size, got {src.shape[0]} and {tgt.shape[0]}")
+        memory, src_mask = self.encode(src)
         return self.decode(tgt, memory, src_mask)
 
     # -- conveniences --------------------------------------------------------------------------------

@@ -1,0 +1,244 @@
+"""Scaled dot-product attention and masks: oracle parity with PyTorch and the properties the book claims."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from companion import causal_mask, fast_attention, padding_mask, scaled_dot_product_attention
+
+B, H, M, N, D = 2, 3, 5, 7, 4
+
+
+def qkv(m: int = M, n: int = N, d_k: int = D, d_v: int = D, dtype=torch.float32, lead=(B, H)):
+    q = torch.randn(*lead, m, d_k, dtype=dtype)
+    k = torch.randn(*lead, n, d_k, dtype=dtype)
+    v = torch.randn(*lead, n, d_v, dtype=dtype)
+    return q, k, v
+
+
+def random_mask(*shape: int) -> torch.Tensor:
+    """A random boolean mask where every query row keeps at least one key."""
+    mask = torch.rand(*shape) < 0.6
+    mask[..., 0] = True
+    return mask
+
+
+def masks(m: int = M, n: int = N) -> dict[str, torch.Tensor | None]:
+    """Mask shapes the package uses: none, causal [m, n], key padding [batch, 1, 1, n], full [b, h, m, n]."""
+    key_padding = torch.ones(B, 1, 1, n, dtype=torch.bool)
+    key_padding[0, ..., n - 3 :] = False
+    return {
+        "none": None,
+        "causal": torch.ones(m, n, dtype=torch.bool).tril(),
+        "key_padding": key_padding,
+        "full": random_mask(B, H, m, n),
+    }
+
+
+MASK_NAMES = list(masks())
+
+
+# -- masks -------------------------------------------------------------------------------------------------
+def test_causal_mask_is_lower_triangle():
+    mask = causal_mask(4)
+    assert mask.dtype == torch.bool and mask.shape == (4, 4)
+    for i in range(4):
+        for j in range(4):
+            assert bool(mask[i, j]) == (j <= i)
+    assert causal_mask(1).tolist() == [[True]]
+    assert causal_mask(3, device="cpu").device.type == "cpu"
+
+
+def test_padding_mask_marks_real_tokens():
+    tokens = torch.tensor([[5, 6, 0, 0], [7, 0, 8, 9]])
+    mask = padding_mask(tokens, pad_id=0)
+    assert mask.shape == (2, 1, 1, 4) and mask.dtype == torch.bool
+    assert mask[:, 0, 0].tolist() == [[True, True, False, False], [True, False, True, True]]
+
+
+# -- oracle parity -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mask_name", MASK_NAMES)
+def test_reference_matches_torch_sdpa(mask_name):
+    q, k, v = qkv(d_v=6)
+    mask = masks()[mask_name]
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert out.shape == (B, H, M, 6) and weights.shape == (B, H, M, N)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mask_name", MASK_NAMES)
+def test_fast_path_matches_reference(mask_name):
+    q, k, v = qkv()
+    mask = masks()[mask_name]
+    out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    torch.testing.assert_close(fast_attention(q, k, v, mask=mask), out, atol=1e-5, rtol=0)
+
+
+def test_fast_path_is_causal_matches_explicit_causal_mask():
+    q, k, v = qkv(m=N, n=N)
+    out, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(N))
+    torch.testing.assert_close(fast_attention(q, k, v, is_causal=True), out, atol=1e-5, rtol=0)
+
+
+def test_reference_matches_the_formula_written_out():
+    """softmax(Q K^T / sqrt(d_k)) V, one query at a time, in float64 with plain Python sums."""
+    q, k, v = qkv(m=3, n=4, d_k=5, d_v=2, dtype=torch.float64, lead=())
+    out, weights = scaled_dot_product_attention(q, k, v)
+    for i in range(3):
+        scores = [sum(q[i, c] * k[j, c] for c in range(5)) / math.sqrt(5) for j in range(4)]
+        exps = [math.exp(float(s)) for s in scores]
+        w = [e / sum(exps) for e in exps]
+        for j in range(4):
+            assert abs(float(weights[i, j]) - w[j]) < 1e-12
+        for c in range(2):
+            assert abs(float(out[i, c]) - sum(w[j] * float(v[j, c]) for j in range(4))) < 1e-12
+
+
+# -- properties --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mask_name", MASK_NAMES)
+def test_weight_rows_sum_to_one_and_masked_keys_get_zero(mask_name):
+    q, k, v = qkv()
+    mask = masks()[mask_name]
+    _, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, M), atol=1e-6, rtol=0)
+    if mask is not None:
+        assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+
+
+def test_outputs_lie_in_the_convex_hull_of_value_rows():
+    q, k, v = qkv(m=6, n=5, d_v=8, dtype=torch.float64, lead=())
+    q = q * 3  # sharper softmax: rows far from uniform
+    out, weights = scaled_dot_product_attention(q, k, v)
+    # Each output coordinate lies between the smallest and largest entry of that column of V ...
+    assert (out >= v.min(dim=0).values - 1e-12).all() and (out <= v.max(dim=0).values + 1e-12).all()
+    # ... and each output row is a convex combination of V's rows, with exactly the returned weights:
+    # V has full row rank (5 rows in 8 dimensions), so out_i = c^T V has the unique solution c.
+    coefficients = torch.linalg.lstsq(v.T, out.T).solution.T  # [m, n]
+    torch.testing.assert_close(v.T @ coefficients.T, out.T, atol=1e-10, rtol=0)
+    assert (coefficients >= -1e-10).all()
+    torch.testing.assert_close(coefficients.sum(-1), torch.ones(6, dtype=torch.float64), atol=1e-10, rtol=0)
+    torch.testing.assert_close(coefficients, weights, atol=1e-10, rtol=0)
+
+
+def test_query_permutation_equivariance_and_key_value_permutation_invariance():
+    """Attention(AQ, BK, BV) = A Attention(Q, K, V) for permutation matrices A and B."""
+    q, k, v = qkv(lead=(B,))
+    rows, cols = torch.randperm(M), torch.randperm(N)
+    assert not torch.equal(rows, torch.arange(M)) and not torch.equal(cols, torch.arange(N))
+    out, weights = scaled_dot_product_attention(q, k, v)
+    out_p, weights_p = scaled_dot_product_attention(q[:, rows], k[:, cols], v[:, cols])
+    torch.testing.assert_close(out_p, out[:, rows], atol=1e-6, rtol=0)
+    # The weights follow both permutations: W' = A W B^T.
+    torch.testing.assert_close(weights_p, weights[:, rows][:, :, cols], atol=1e-6, rtol=0)
+    # The same in matrix form with explicit permutation matrices.
+    a, b = torch.eye(M)[rows], torch.eye(N)[cols]
+    out_m, _ = scaled_dot_product_attention(a @ q, b @ k, b @ v)
+    torch.testing.assert_close(out_m, a @ out, atol=1e-6, rtol=0)
+
+
+def test_causal_output_row_depends_only_on_earlier_inputs():
+    """Self-attention with the causal mask: d out_i / d x_j = 0 for j > i (block lower-triangular Jacobian)."""
+    n, d = 6, 3
+    x = torch.randn(n, d, dtype=torch.float64)
+    mask = causal_mask(n)
+
+    def self_attention(inputs):
+        return scaled_dot_product_attention(inputs, inputs * 0.7, inputs.flip(-1), mask=mask)[0]
+
+    jac = torch.autograd.functional.jacobian(self_attention, x)  # [n, d, n, d]
+    blocks = jac.abs().sum(dim=(1, 3))  # [n (output row), n (input row)]
+    for i in range(n):
+        for j in range(n):
+            if j > i:
+                assert blocks[i, j] == 0, f"output {i} depends on future input {j}"
+            else:
+                assert blocks[i, j] > 1e-6, f"output {i} should depend on input {j}"
+    # Perturbation check on the fast path too: changing input j leaves rows < j untouched.
+    y = x.clone()
+    y[4] += 1.0
+    before = fast_attention(x, x * 0.7, x.flip(-1), is_causal=True)
+    after = fast_attention(y, y * 0.7, y.flip(-1), is_causal=True)
+    torch.testing.assert_close(after[:4], before[:4], atol=0, rtol=0)
+    assert (after[4:] - before[4:]).abs().max() > 1e-3
+
+
+def test_causal_mask_breaks_permutation_equivariance():
+    """A counterexample: reversing the sequence does not reverse the causally masked output."""
+    n = 5
+    x = torch.randn(n, D)
+    rows = torch.arange(n - 1, -1, -1)
+    plain, _ = scaled_dot_product_attention(x[rows], x[rows], x[rows])
+    reference, _ = scaled_dot_product_attention(x, x, x)
+    torch.testing.assert_close(plain, reference[rows], atol=1e-6, rtol=0)  # equivariant without the mask
+    masked_perm, _ = scaled_dot_product_attention(x[rows], x[rows], x[rows], mask=causal_mask(n))
+    masked, _ = scaled_dot_product_attention(x, x, x, mask=causal_mask(n))
+    assert (masked_perm - masked[rows]).abs().max() > 1e-2
+
+
+def test_fully_masked_row_gives_zeros_not_nan_with_finite_gradients():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = random_mask(B, H, M, N)
+    mask[0, 1, 2] = False  # query 2 of head 1 in batch 0 sees no key at all
+    for path in ("reference", "fast"):
+        if path == "reference":
+            out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+            assert (weights[0, 1, 2] == 0).all()
+            assert torch.isfinite(weights).all()
+        else:
+            out = fast_attention(q, k, v, mask=mask)
+        assert torch.isfinite(out).all(), path
+        assert (out[0, 1, 2] == 0).all(), path
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+        assert all(torch.isfinite(g).all() for g in grads), path
+        assert (grads[0][0, 1, 2] == 0).all(), path  # the dead query gets no gradient
+
+
+@pytest.mark.parametrize("path", ["reference", "fast"])
+def test_attention_dropout_zeroes_and_rescales_weights(path):
+    """With V = I the output *is* the weight matrix after dropout: entries are 0 or w / (1 - p)."""
+    p = 0.5
+    q, k, _ = qkv(m=8, n=N, lead=(B,))
+    v = torch.eye(N).expand(B, N, N)
+    _, weights = scaled_dot_product_attention(q, k, v)
+    if path == "reference":
+        with torch.no_grad():  # dropout must not depend on the grad mode
+            dropped, returned = scaled_dot_product_attention(q, k, v, dropout_p=p)
+        torch.testing.assert_close(returned, weights)  # the returned weights are taken before dropout
+    else:
+        dropped = fast_attention(q, k, v, dropout_p=p)
+    kept = dropped != 0
+    assert 0 < kept.float().mean() < 1
+    torch.testing.assert_close(dropped[kept], (weights / (1 - p))[kept], atol=1e-6, rtol=0)
+
+
+def test_gradcheck_reference_attention_with_mask():
+    q, k, v = (t.requires_grad_() for t in qkv(m=3, n=4, d_k=2, d_v=3, dtype=torch.float64, lead=(2,)))
+    mask = torch.tensor([[True, True, False, False], [True, False, True, False], [False, True, True, True]])
+
+    def attention(q, k, v):
+        out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+        return out, weights
+
+    assert torch.autograd.gradcheck(attention, (q, k, v))
+
+
+def test_gradcheck_fast_attention_with_mask():
+    q, k, v = (t.requires_grad_() for t in qkv(m=3, n=4, d_k=2, d_v=3, dtype=torch.float64, lead=(2,)))
+    mask = torch.tensor([[True, True, False, False], [True, False, True, False], [False, True, True, True]])
+    assert torch.autograd.gradcheck(lambda q, k, v: fast_attention(q, k, v, mask=mask), (q, k, v))
+
+
+def test_leading_dimensions_broadcast_like_matmul():
+    """One set of keys shared by every head (leading dim 1) gives the same result as copying it."""
+    q = torch.randn(B, H, M, D)
+    k, v = torch.randn(B, 1, N, D), torch.randn(B, 1, N, D)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    out_full, _ = scaled_dot_product_attention(q, k.expand(B, H, N, D), v.expand(B, H, N, D))
+    torch.testing.assert_close(out, out_full)
+    assert weights.shape == (B, H, M, N)

@@ -1,0 +1,75 @@
+"""Refresh each chapter's .ipynb from its MyST .md source and execute it in place.
+
+    python tools/execute_chapters.py                 # every chapter in book/
+    python tools/execute_chapters.py book/02_*.md    # some chapters
+
+The .md is the source of truth: its inputs replace the notebook's (`jupytext --update` semantics), then the
+notebook runs top to bottom in the chapter's folder with the current environment's kernel, and is written back
+with its outputs and widget state. Timings are not recorded, so re-running yields a small diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def refresh_inputs(md_path: pathlib.Path) -> nbformat.NotebookNode:
+    """The notebook for ``md_path``: inputs from the .md, outputs kept from an existing .ipynb."""
+    source = jupytext.read(md_path)
+    ipynb = md_path.with_suffix(".ipynb")
+    if ipynb.exists():
+        from jupytext.combine import combine_inputs_with_outputs
+
+        source = combine_inputs_with_outputs(source, nbformat.read(ipynb, as_version=4))
+    source.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
+    source.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    return source
+
+
+def execute(md_path: pathlib.Path, timeout: int) -> float:
+    """Execute one chapter and write its .ipynb; returns the wall time in seconds."""
+    notebook = refresh_inputs(md_path)
+    env_note = os.environ.get("MPLBACKEND")
+    if env_note and env_note.lower() == "agg":
+        raise SystemExit("MPLBACKEND=Agg drops every figure from executed notebooks: unset it first")
+    start = time.perf_counter()
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(md_path.parent)}},
+        record_timing=False,
+        store_widget_state=True,
+    )
+    client.execute()
+    elapsed = time.perf_counter() - start
+    nbformat.write(notebook, md_path.with_suffix(".ipynb"))
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("chapters", nargs="*", type=pathlib.Path, help="chapter .md files (default: all)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell (default 900)")
+    args = parser.parse_args()
+    chapters = args.chapters or sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
+    for md_path in chapters:
+        if md_path.suffix != ".md" or not md_path.exists():
+            parser.error(f"chapters must be existing .md files, got {md_path}")
+        print(f"executing {md_path} ...", flush=True)
+        print(f"  done in {execute(md_path.resolve(), args.timeout):.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
