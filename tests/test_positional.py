@@ -1,0 +1,98 @@
+"""Positional encodings: the sinusoidal formula of section 3.5 and the modules that add it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from companion import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
+
+
+def formula(num_positions: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), one entry at a time, float64."""
+    table = torch.empty(num_positions, d_model, dtype=torch.float64)
+    for pos in range(num_positions):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            table[pos, 2 * i] = math.sin(angle)
+            table[pos, 2 * i + 1] = math.cos(angle)
+    return table
+
+
+@pytest.mark.parametrize("num_positions, d_model", [(1, 2), (50, 8), (300, 32)])
+def test_sinusoidal_encoding_matches_the_formula(num_positions, d_model):
+    table = sinusoidal_encoding(num_positions, d_model)
+    assert table.shape == (num_positions, d_model) and table.dtype == torch.float32
+    # float32 rounding of values in [-1, 1] is below 6e-8.
+    torch.testing.assert_close(table.double(), formula(num_positions, d_model), atol=1e-7, rtol=0)
+
+
+def test_first_position_and_wavelengths():
+    table = sinusoidal_encoding(10, 16).double()
+    assert table[0, 0::2].tolist() == [0.0] * 8 and table[0, 1::2].tolist() == [1.0] * 8
+    # Column pair 0 has wavelength 2*pi: sin(pos); the slowest pair approaches wavelength 10000*2*pi.
+    torch.testing.assert_close(table[:, 0], torch.sin(torch.arange(10, dtype=torch.float64)), atol=1e-7, rtol=0)
+
+
+def test_a_fixed_offset_is_a_rotation():
+    """PE(pos + k) is a linear function of PE(pos) (the paper's motivation): each (sin, cos) pair rotates
+    by an angle that depends on k only."""
+    d_model, k = 8, 3
+    table = sinusoidal_encoding(40, d_model).double()
+    for i in range(d_model // 2):
+        theta = k / 10000 ** (2 * i / d_model)
+        rotation = torch.tensor(
+            [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]], dtype=torch.float64
+        )
+        pairs = table[:, 2 * i : 2 * i + 2]  # rows (sin a, cos a)
+        torch.testing.assert_close(pairs[:-k] @ rotation, pairs[k:], atol=1e-6, rtol=0)
+
+
+def test_odd_d_model_is_rejected():
+    with pytest.raises(ValueError, match=r"d_model must be even.*got 7"):
+        sinusoidal_encoding(10, 7)
+
+
+def test_positional_encoding_adds_the_table():
+    module = PositionalEncoding(8, max_len=20, dropout=0.1).eval()
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(module(x), x + sinusoidal_encoding(5, 8), atol=0, rtol=0)
+    # start= continues the positions (incremental decoding).
+    torch.testing.assert_close(module(x, start=7), x + sinusoidal_encoding(12, 8)[7:], atol=0, rtol=0)
+
+
+def test_dropout_applies_to_the_sum_of_embedding_and_position():
+    p = 0.5
+    module = PositionalEncoding(8, max_len=20, dropout=p).train()
+    x = torch.randn(4, 10, 8)
+    out = module(x)
+    total = x + sinusoidal_encoding(10, 8)
+    kept = out != 0
+    assert 0.3 < kept.float().mean() < 0.7
+    torch.testing.assert_close(out[kept], total[kept] / (1 - p))
+
+
+def test_positions_beyond_max_len_raise():
+    module = PositionalEncoding(8, max_len=6)
+    module(torch.randn(1, 6, 8))  # exactly max_len is fine
+    with pytest.raises(ValueError, match=r"positions 0\.\.6 exceed max_len=6"):
+        module(torch.randn(1, 7, 8))
+    with pytest.raises(ValueError, match=r"positions 4\.\.6 exceed max_len=6"):
+        module(torch.randn(1, 3, 8), start=4)
+
+
+def test_wrong_feature_size_raises():
+    module = PositionalEncoding(8, max_len=6)
+    with pytest.raises(ValueError, match=r"x must have last dimension d_model=8, got shape \(1, 3, 6\)"):
+        module(torch.randn(1, 3, 6))
+
+
+def test_learned_positional_encoding_adds_a_trainable_table():
+    module = LearnedPositionalEncoding(8, max_len=10, dropout=0.0)
+    x = torch.randn(2, 4, 8)
+    torch.testing.assert_close(module(x), x + module.weight[:4])
+    module(x).sum().backward()
+    assert module.weight.grad is not None and module.weight.grad[:4].abs().sum() > 0
+    assert (module.weight.grad[4:] == 0).all()
