@@ -96,8 +96,11 @@ class TransformerConfig:
                 "share_embeddings=True needs src_vocab_size == tgt_vocab_size, got "
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}"
             )
-        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
-            raise ValueError(f"pad_id must be a valid token id of both vocabularies, got {self.pad_id}")
+        smallest = min(self.src_vocab_size, self.tgt_vocab_size)
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < smallest:
+            raise ValueError(
+                f"pad_id must be a valid token id of both vocabularies, in [0, {smallest}), got {self.pad_id!r}"
+            )
 
     @property
     def d_head(self) -> int:

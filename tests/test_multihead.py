@@ -185,9 +185,9 @@ def test_fully_masked_row_gives_no_nan(mha, need_weights):
 # -- gradcheck ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_gradcheck_multihead_attention(need_weights):
-    mha = MultiHeadAttention(8, 2).double().eval()
-    query = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
-    memory = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    mha = MultiHeadAttention(4, 2).double().eval()
+    query = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
     mask = key_padding(2, 4)
 
     def attend(query, memory):

@@ -1,0 +1,107 @@
+"""Scoring translations: corpus BLEU and chrF with sacreBLEU, and teacher-forced perplexity.
+
+BLEU here is always sacreBLEU's corpus BLEU on detokenized text against the raw reference sentences, reported
+with its signature (reference count, casing, tokenizer, smoothing, version) so that numbers can be compared
+across papers and runs. It is computed on translations the model *generated* (greedy or beam search), never on
+teacher-forced predictions. Perplexity is the teacher-forced measure: ``exp`` of the mean negative
+log-likelihood per target token, padding excluded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .data import Batch, Tokenizer
+from .decode import _eval_mode, translate
+from .model import Transformer
+
+__all__ = ["corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation"]
+
+
+def _check_corpus(hypotheses: object, references: object) -> tuple[list[str], list[str]]:
+    """Two equally long, non-empty lists of strings (one reference per hypothesis)."""
+    checked = []
+    for name, texts in (("hypotheses", hypotheses), ("references", references)):
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise TypeError(f"{name} must be a list of strings, got {type(texts).__name__}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
+        checked.append(list(texts))
+    if len(checked[0]) != len(checked[1]):
+        raise ValueError(f"hypotheses and references must have the same length, got {len(checked[0])} and "
+                         f"{len(checked[1])}")
+    if not checked[0]:
+        raise ValueError("hypotheses must not be empty")
+    return checked[0], checked[1]
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
+    """sacreBLEU corpus BLEU (0-100) of detokenized ``hypotheses`` against one reference each.
+
+    Returns ``(score, signature)``, e.g. ``(35.2, "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")``.
+    """
+    from sacrebleu.metrics import BLEU
+
+    hypotheses, references = _check_corpus(hypotheses, references)
+    metric = BLEU()
+    return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())
+
+
+def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
+    """sacreBLEU corpus chrF (character n-gram F-score, 0-100); returns ``(score, signature)``."""
+    from sacrebleu.metrics import CHRF
+
+    hypotheses, references = _check_corpus(hypotheses, references)
+    metric = CHRF()
+    return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())
+
+
+@torch.no_grad()
+def perplexity(model: Transformer, batches: Iterable[Batch], device: torch.device | str | None = None) -> float:
+    """Teacher-forced perplexity ``exp(sum of -log p(target token) / number of target tokens)``.
+
+    Each :class:`~companion.data.Batch` supplies ``src [batch, n]``, ``tgt_in`` and ``tgt_out [batch, t]``;
+    positions where ``tgt_out`` is padding are ignored. Runs with dropout off (the model's mode is restored).
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    total_nll, total_tokens = 0.0, 0
+    with _eval_mode(model):
+        for batch in batches:
+            if not isinstance(batch, Batch):
+                raise TypeError(f"batches must hold companion Batch objects, got {type(batch).__name__}")
+            batch = batch.to(device)
+            logits = model(batch.src, batch.tgt_in).float()
+            total_nll += float(F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+                                               ignore_index=model.config.pad_id, reduction="sum"))
+            total_tokens += int((batch.tgt_out != model.config.pad_id).sum())
+    if total_tokens == 0:
+        raise ValueError("batches hold no target tokens: perplexity is undefined")
+    return math.exp(total_nll / total_tokens)
+
+
+def evaluate_translation(model: Transformer, pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer,
+                         tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
+                         device: torch.device | str | None = None) -> dict:
+    """Translate the sources of ``pairs`` (raw text) and score them against the raw targets.
+
+    Returns ``{"bleu", "bleu_signature", "chrf", "chrf_signature", "hypotheses"}`` (hypotheses in the order
+    of ``pairs``).
+    """
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("pairs must not be empty")
+    sources = [source for source, _ in pairs]
+    references = [target for _, target in pairs]
+    hypotheses = translate(model, sources, src_tokenizer, tgt_tokenizer, beam_size=beam_size, alpha=alpha,
+                           batch_size=batch_size, device=device)
+    bleu, bleu_signature = corpus_bleu(hypotheses, references)
+    chrf, chrf_signature = corpus_chrf(hypotheses, references)
+    return {"bleu": bleu, "bleu_signature": bleu_signature, "chrf": chrf, "chrf_signature": chrf_signature,
+            "hypotheses": hypotheses}

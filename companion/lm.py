@@ -1,0 +1,386 @@
+"""A small decoder-only (GPT-style) Transformer language model, used by chapter 3 to show what masking buys.
+
+A decoder-only language model is the encoder stack of :mod:`companion.model` with one change: each position may
+attend only to itself and to earlier positions (the causal mask of Vaswani et al., 2017, section 3.2.3). It
+reads a character sequence ``[batch, seq]`` and predicts, at every position t, the token at t + 1.
+
+``LanguageModelConfig(causal=False)`` builds the *broken* variant with full self-attention. Under teacher
+forcing its position t can look at token t + 1, the very token it is asked to predict, so its training loss
+collapses toward zero while it learns nothing usable for generation, where the future does not exist yet.
+
+The module holds the pieces chapter 3 needs: a character tokenizer, the configuration, the model (with
+``generate``), a seeded training loop, and two losses that tell the two variants apart:
+:func:`teacher_forced_loss` (one pass over the whole sequence, what training minimises) and
+:func:`left_to_right_loss` (each token predicted from its prefix only, as in generation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validation import check_positive_int, check_tensor, check_token_ids
+from .attention import causal_mask
+from .model import Encoder, TransformerConfig
+from .positional import LearnedPositionalEncoding, PositionalEncoding
+
+__all__ = [
+    "CharTokenizer",
+    "LanguageModelConfig",
+    "DecoderOnlyLM",
+    "teacher_forced_loss",
+    "left_to_right_loss",
+    "train_language_model",
+]
+
+
+class CharTokenizer:
+    """Character-level tokenizer with four special tokens: ``<pad>`` (id 0), ``<bos>``, ``<eos>``, ``<unk>``.
+
+    Build it from a corpus with :meth:`from_texts`; characters never seen there map to ``<unk>``.
+    """
+
+    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+    def __init__(self, characters: Iterable[str]) -> None:
+        chars = list(characters)
+        for c in chars:
+            if not isinstance(c, str) or len(c) != 1:
+                raise ValueError(f"characters must be single-character strings, got {c!r}")
+        if len(set(chars)) != len(chars):
+            raise ValueError("characters must not repeat")
+        self.itos: list[str] = list(self.SPECIALS) + chars
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars, start=len(self.SPECIALS))}
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = range(len(self.SPECIALS))
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> "CharTokenizer":
+        """The tokenizer whose alphabet is every character of ``texts``, in sorted order."""
+        alphabet: set[str] = set()
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"texts must hold strings, got {type(text).__name__}")
+            alphabet.update(text)
+        return cls(sorted(alphabet))
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, specials included."""
+        return len(self.itos)
+
+    def encode(self, text: str, add_bos: bool = True, add_eos: bool = True) -> list[int]:
+        """Token ids of ``text``, optionally wrapped in ``<bos>`` ... ``<eos>``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        ids = [self.stoi.get(c, self.unk_id) for c in text]
+        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+
+    def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
+        """Text of ``ids``: stops at the first ``<eos>``, drops ``<pad>``/``<bos>``, shows ``<unk>`` as ``?``."""
+        if isinstance(ids, torch.Tensor):
+            ids = check_tensor("ids", ids, dims=1).tolist()
+        out = []
+        for i in ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"ids holds {i}, outside the vocabulary [0, {self.vocab_size})")
+            if i == self.eos_id:
+                break
+            if i in (self.pad_id, self.bos_id):
+                continue
+            out.append("?" if i == self.unk_id else self.itos[i])
+        return "".join(out)
+
+    def encode_batch(self, texts: Sequence[str], max_len: int) -> torch.Tensor:
+        """``[len(texts), max_len]`` long tensor: each text as ``<bos> chars <eos>``, cut to ``max_len`` ids and
+        right-padded with ``<pad>`` (a text longer than ``max_len - 2`` characters loses its tail and its
+        ``<eos>``)."""
+        check_positive_int("max_len", max_len)
+        if len(texts) == 0:
+            raise ValueError("texts must hold at least one string")
+        batch = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)
+        for row, text in enumerate(texts):
+            ids = self.encode(text)[:max_len]
+            batch[row, : len(ids)] = torch.tensor(ids)
+        return batch
+
+
+@dataclass
+class LanguageModelConfig:
+    """Hyper-parameters of :class:`DecoderOnlyLM` (defaults: a tiny model that trains in seconds on a CPU).
+
+    Attributes:
+        vocab_size: number of token ids.
+        d_model, num_heads, num_layers, d_ff: width, heads, depth and feed-forward width.
+        dropout: dropout on embeddings and sub-layer outputs.
+        max_len: longest sequence the model accepts (size of the positional table).
+        causal: True for causal self-attention (a real language model); False for full self-attention,
+            the broken variant that sees the future during training.
+        pad_id: padding id; keys holding it are masked, and targets holding it are ignored by the losses.
+        norm_first: pre-LN layers (GPT-2 style, the default here) or the paper's post-LN.
+        positional: "sinusoidal" (the paper) or "learned".
+        tie_output: the output projection reuses the embedding matrix (Press and Wolf, 2017).
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 256
+    dropout: float = 0.0
+    max_len: int = 128
+    causal: bool = True
+    pad_id: int = 0
+    norm_first: bool = True
+    positional: str = "sinusoidal"
+    tie_output: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(self.causal).__name__}")
+        if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id must be a token id in [0, vocab_size={self.vocab_size}), got {self.pad_id!r}")
+        self.layer_config()  # validates every shared field with TransformerConfig's checks
+
+    def layer_config(self) -> TransformerConfig:
+        """The :class:`TransformerConfig` that builds this model's layers (encoder-style, no decoder)."""
+        return TransformerConfig(
+            src_vocab_size=self.vocab_size,
+            tgt_vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_encoder_layers=self.num_layers,
+            num_decoder_layers=0,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            max_len=self.max_len,
+            pad_id=self.pad_id,
+            norm_first=self.norm_first,
+            positional=self.positional,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-serialisable)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "LanguageModelConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown LanguageModelConfig fields: {unknown}")
+        return cls(**values)
+
+
+class DecoderOnlyLM(nn.Module):
+    """Token embeddings + positions -> :class:`companion.Encoder` stack under a self-attention mask -> logits.
+
+    The attention mask of every layer is the causal mask (when ``config.causal``) combined with a key-padding
+    mask that hides ``config.pad_id`` tokens: position i may attend to j when j <= i (causal only) and token j
+    is not padding.
+    """
+
+    def __init__(self, config: LanguageModelConfig) -> None:
+        super().__init__()
+        if not isinstance(config, LanguageModelConfig):
+            raise TypeError(f"config must be a LanguageModelConfig, got {type(config).__name__}")
+        self.config = config
+        layers = config.layer_config()
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        position = PositionalEncoding if config.positional == "sinusoidal" else LearnedPositionalEncoding
+        self.pos = position(config.d_model, config.max_len, config.dropout)
+        self.blocks = Encoder(layers)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=not config.tie_output)
+        self._reset_parameters()
+        if config.tie_output:
+            self.head.weight = self.embed.weight
+
+    def _reset_parameters(self) -> None:
+        for name, p in self.named_parameters():
+            if name.startswith("embed"):
+                nn.init.normal_(p, mean=0.0, std=self.config.d_model**-0.5)
+            elif p.dim() > 1 and not name.startswith("pos"):
+                nn.init.xavier_uniform_(p)
+
+    def attention_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Boolean mask ``[batch, 1, seq, seq]`` (True = may attend) used by every layer for ``tokens``."""
+        n = tokens.shape[1]
+        keys = (tokens != self.config.pad_id)[:, None, None, :]  # [batch, 1, 1, seq]
+        if self.config.causal:
+            return keys & causal_mask(n, device=tokens.device)  # [batch, 1, seq, seq]
+        return keys.expand(-1, -1, n, -1)
+
+    def _check_tokens(self, name: str, tokens: object) -> torch.Tensor:
+        tokens = check_token_ids(name, tokens, self.config.vocab_size)
+        if tokens.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"{name} has {tokens.shape[1]} positions, more than max_len={self.config.max_len}"
+            )
+        return tokens
+
+    def forward(self, tokens: torch.Tensor, need_weights: bool = False):
+        """Next-token logits ``[batch, seq, vocab]`` for token ids ``tokens [batch, seq]``.
+
+        With ``need_weights`` returns ``(logits, [weights [batch, heads, seq, seq] per layer])``.
+        """
+        tokens = self._check_tokens("tokens", tokens)
+        x = self.pos(self.embed(tokens) * math.sqrt(self.config.d_model))
+        x, maps = self.blocks(x, self.attention_mask(tokens), need_weights)
+        logits = self.head(x)
+        return (logits, maps) if need_weights else logits
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Extend ``prompt [batch, t]`` by ``max_new_tokens`` tokens, one at a time.
+
+        Each step runs the model on everything generated so far and picks the next token from the logits of
+        the last position: the arg-max when ``greedy``, otherwise a sample from ``softmax(logits / temperature)``
+        drawn with ``generator``. Returns ``[batch, t + max_new_tokens]`` (the prompt included). The padding id
+        is never produced. Dropout is switched off during generation.
+        """
+        prompt = self._check_tokens("prompt", prompt)
+        check_positive_int("max_new_tokens", max_new_tokens)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        total = prompt.shape[1] + max_new_tokens
+        if total > self.config.max_len:
+            raise ValueError(
+                f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = {total} exceeds "
+                f"max_len={self.config.max_len}"
+            )
+        was_training = self.training
+        self.eval()
+        tokens = prompt
+        for _ in range(max_new_tokens):
+            logits = self(tokens)[:, -1, :].clone()  # [batch, vocab]
+            logits[:, self.config.pad_id] = float("-inf")
+            if greedy:
+                next_token = logits.argmax(dim=-1, keepdim=True)
+            else:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                next_token = torch.multinomial(probs, 1, generator=generator)
+            tokens = torch.cat([tokens, next_token], dim=1)
+        self.train(was_training)
+        return tokens
+
+
+def _shifted(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs ``tokens[:, :-1]`` and next-token targets ``tokens[:, 1:]``."""
+    if tokens.shape[1] < 2:
+        raise ValueError(f"sequences need at least 2 positions to predict a next token, got {tuple(tokens.shape)}")
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+@torch.no_grad()
+def teacher_forced_loss(model: DecoderOnlyLM, sequences: torch.Tensor, batch_size: int = 256) -> float:
+    """Mean next-token cross-entropy (nats per token) with the whole sequence fed at once, as in training.
+
+    ``sequences [num, seq]`` are right-padded token ids; padding targets are ignored.
+    """
+    sequences = model._check_tokens("sequences", sequences)
+    check_positive_int("batch_size", batch_size)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    pad = model.config.pad_id
+    for batch in sequences.split(batch_size):
+        inputs, targets = _shifted(batch)
+        logits = model(inputs)
+        total += F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad, reduction="sum").item()
+        count += int((targets != pad).sum())
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+@torch.no_grad()
+def left_to_right_loss(model: DecoderOnlyLM, sequences: torch.Tensor) -> float:
+    """Mean next-token cross-entropy when token t+1 is predicted from the prefix ``tokens[:, :t+1]`` only.
+
+    This is the situation of generation: the future is not there to look at. For a causal model it equals
+    :func:`teacher_forced_loss` (causality makes the last position of a prefix compute exactly what it computes
+    inside the full sequence); for a non-causal model it is the honest measure. Costs one forward pass per
+    position.
+    """
+    sequences = model._check_tokens("sequences", sequences)
+    inputs, targets = _shifted(sequences)
+    pad = model.config.pad_id
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for t in range(inputs.shape[1]):
+        logits = model(inputs[:, : t + 1])[:, -1, :]  # [num, vocab]
+        total += F.cross_entropy(logits, targets[:, t], ignore_index=pad, reduction="sum").item()
+    model.train(was_training)
+    return total / max(int((targets != pad).sum()), 1)
+
+
+def train_language_model(
+    model: DecoderOnlyLM,
+    sequences: torch.Tensor,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 3e-3,
+    seed: int = 0,
+    warmup: int = 20,
+) -> list[float]:
+    """Train ``model`` on next-token prediction with Adam and return the training loss of every step.
+
+    Args:
+        model: the language model (trained in place).
+        sequences: right-padded token ids ``[num, seq]``; padding targets are ignored.
+        steps: number of optimisation steps; each draws a random batch of ``batch_size`` rows.
+        lr: peak learning rate, reached after ``warmup`` linear warm-up steps, then decayed with a cosine.
+        seed: seeds the batch order (and the dropout masks, through the global generator).
+
+    Returns:
+        the mean cross-entropy (nats per token) of each step's batch, ``steps`` floats.
+    """
+    if not isinstance(model, DecoderOnlyLM):
+        raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
+    sequences = model._check_tokens("sequences", sequences)
+    _shifted(sequences)
+    check_positive_int("steps", steps)
+    check_positive_int("batch_size", batch_size)
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    torch.manual_seed(seed)
+    order = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(steps - warmup, 1)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    pad = model.config.pad_id
+    model.train()
+    history = []
+    for _ in range(steps):
+        rows = torch.randint(0, sequences.shape[0], (batch_size,), generator=order)
+        batch = sequences[rows]
+        batch = batch[:, : int((batch != pad).sum(dim=1).max())]  # drop all-padding columns
+        inputs, targets = _shifted(batch)
+        loss = F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=pad)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        history.append(loss.item())
+    model.eval()
+    return history

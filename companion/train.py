@@ -1,0 +1,762 @@
+"""The paper's training protocol (Vaswani et al., 2017, section 5): optimizer, schedule, loss, training loop.
+
+* Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (section 5.3);
+* the learning rate ``d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)`` ("Noam" schedule, eq. 3),
+  warmup 4000 steps by default, optionally scaled by a ``factor``;
+* label smoothing eps_ls = 0.1 (section 5.4) with padding positions ignored;
+* batches by token count (built by :func:`companion.data.make_batches`), with gradient accumulation to
+  reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
+
+On top of the paper: bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
+progress bar, a JSON-lines metrics log, atomic checkpoints (:mod:`companion.checkpoint`) with exact resume, and
+several processes through ``torchrun`` + :class:`~torch.nn.parallel.DistributedDataParallel`.
+
+Distributed training: launch with ``torchrun --nproc_per_node N ...``. Every rank sees the same list of
+(global) batches; each rank takes its contiguous share of the rows of every batch, and the loss of every rank
+is normalised by the *global* number of target tokens of the optimizer step, so that DDP's gradient averaging
+yields exactly the gradient one process would compute on the whole batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ._validation import check_positive_int, check_tensor
+
+__all__ = [
+    "noam_lr",
+    "NoamSchedule",
+    "label_smoothed_loss",
+    "resolve_device",
+    "TrainConfig",
+    "Trainer",
+    "TrainingDivergedError",
+    "DeviceUnavailableError",
+    "setup_distributed",
+    "cleanup_distributed",
+]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Learning-rate schedule
+# --------------------------------------------------------------------------------------------------------
+def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
+    """The paper's learning rate at optimizer step ``step`` (eq. 3), times ``factor``.
+
+    ``lr = factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)``: linear warmup for ``warmup``
+    steps, then decay proportional to the inverse square root of the step. The peak is at ``step == warmup``,
+    where the two branches meet: ``factor * (d_model * warmup)**-0.5``. Step 0 (before any update) gives 0.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    check_positive_int("d_model", d_model)
+    check_positive_int("warmup", warmup)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise ValueError(f"factor must be a positive number, got {factor!r}")
+    if step == 0:
+        return 0.0
+    return float(factor) * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+class NoamSchedule:
+    """Multiplier for :class:`torch.optim.lr_scheduler.LambdaLR` (with the optimizer's base lr = 1).
+
+    ``LambdaLR`` calls it with the number of scheduler steps taken so far (0 before the first update), so
+    optimizer step ``n`` (1-based) runs with ``noam_lr(n, ...)``. A plain object (not a lambda) so that the
+    scheduler's ``state_dict`` holds its settings.
+    """
+
+    def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0) -> None:
+        noam_lr(1, d_model, warmup, factor)  # validates the arguments
+        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+
+    def __call__(self, completed_steps: int) -> float:
+        return noam_lr(completed_steps + 1, self.d_model, self.warmup, self.factor)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Loss
+# --------------------------------------------------------------------------------------------------------
+def label_smoothed_loss(
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1, pad_id: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross-entropy over the non-padding positions (section 5.4).
+
+    The smoothed target distribution puts ``1 - smoothing`` on the reference token and spreads ``smoothing``
+    uniformly over the whole vocabulary (the definition of ``F.cross_entropy(label_smoothing=...)``), so
+    the loss per position is ``(1 - smoothing) * nll + smoothing * mean_v(-log p_v)``. Positions whose target
+    is ``pad_id`` contribute nothing.
+
+    Args:
+        logits: ``[batch, tgt_len, vocab]`` (or ``[positions, vocab]``) unnormalised scores.
+        target: ``[batch, tgt_len]`` (or ``[positions]``) reference token ids.
+        smoothing: eps_ls in ``[0, 1)``; 0 gives plain cross-entropy.
+        pad_id: target id to ignore.
+
+    Returns:
+        ``(loss_sum, nll_sum, num_tokens)`` as 0-d tensors: the summed smoothed loss (what to minimise), the
+        summed negative log-likelihood of the references (for perplexity), and the number of non-pad
+        positions (long). Divide the sums by ``num_tokens`` for per-token values. Computed in float32.
+    """
+    check_tensor("logits", logits, dims=(2, 3))
+    check_tensor("target", target, dims=(1, 2))
+    if target.dtype.is_floating_point or target.dtype == torch.bool:
+        raise TypeError(f"target must hold integer token ids, got dtype {target.dtype}")
+    if logits.shape[:-1] != target.shape:
+        raise ValueError(
+            f"logits [..., vocab] must match target's shape in front, got logits {tuple(logits.shape)} "
+            f"and target {tuple(target.shape)}"
+        )
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # [..., vocab]
+    keep = target != pad_id
+    safe_target = target.masked_fill(~keep, 0)
+    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # [...]
+    nll = nll.masked_fill(~keep, 0.0)
+    nll_sum = nll.sum()
+    if smoothing > 0.0:
+        uniform = -log_probs.mean(dim=-1).masked_fill(~keep, 0.0)  # cross-entropy against uniform
+        loss_sum = (1.0 - smoothing) * nll_sum + smoothing * uniform.sum()
+    else:
+        loss_sum = nll_sum
+    return loss_sum, nll_sum, keep.sum()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Devices and distributed setup
+# --------------------------------------------------------------------------------------------------------
+class DeviceUnavailableError(RuntimeError):
+    """The requested device (CUDA, MPS) is not available on this machine."""
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
+    """Turn ``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"`` into a :class:`torch.device`.
+
+    ``"auto"`` picks CUDA, then Apple's MPS, then the CPU. Asking for a backend that is not available raises
+    a :class:`DeviceUnavailableError` (a RuntimeError) that says what was found. Under ``torchrun`` (``local_rank`` given) a bare ``"cuda"``
+    means ``cuda:<local_rank>``.
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a string such as 'auto', 'cpu', 'cuda' or 'mps', got {device!r}")
+    name = device.strip().lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
+    try:
+        resolved = torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}") from err
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            build = "this PyTorch build has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
+            raise DeviceUnavailableError(
+                f"device {device!r} was requested, but CUDA is not available ({build}; torch "
+                f"{torch.__version__}). Use --device cpu (or auto), or install a CUDA build of PyTorch on a "
+                "machine with an NVIDIA GPU."
+            )
+        index = resolved.index if resolved.index is not None else (local_rank or 0)
+        if index >= torch.cuda.device_count():
+            raise DeviceUnavailableError(
+                f"device cuda:{index} was requested, but only {torch.cuda.device_count()} GPU(s) are visible"
+            )
+        resolved = torch.device("cuda", index)
+    elif resolved.type == "mps" and not _mps_available():
+        raise DeviceUnavailableError(f"device {device!r} was requested, but Apple's MPS backend is not available here")
+    elif resolved.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
+    return resolved
+
+
+def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
+    """Join the process group that ``torchrun`` describes in the environment; returns ``(rank, world, local)``.
+
+    Without ``torchrun`` (no ``WORLD_SIZE`` > 1 in the environment) this does nothing and returns
+    ``(0, 1, 0)``. The backend is NCCL when the processes train on CUDA, gloo otherwise.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return 0, 1, 0
+    if not dist.is_available():
+        raise RuntimeError("WORLD_SIZE > 1 but this PyTorch build has no torch.distributed support")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    target = resolve_device(device, local_rank)
+    if target.type == "cuda":
+        torch.cuda.set_device(target)
+        dist.init_process_group("nccl", device_id=target)
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def cleanup_distributed() -> None:
+    """Leave the process group if one was joined (safe to call always)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _distributed() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# Configuration and errors
+# --------------------------------------------------------------------------------------------------------
+class TrainingDivergedError(FloatingPointError):
+    """The training loss became NaN or infinite; the weights are left as they were before that step."""
+
+
+@dataclass
+class TrainConfig:
+    """Settings of :class:`Trainer`. Defaults follow the paper where it says something.
+
+    Stopping: at least one of ``max_steps`` (optimizer steps, counted from the very first step of the run),
+    ``max_minutes`` (wall-clock minutes spent in :meth:`Trainer.train`, summed over resumed sessions) and
+    ``max_epochs`` must be set; training stops at whichever comes first.
+
+    Attributes:
+        warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
+        betas, eps: Adam's settings (paper: 0.9, 0.98, 1e-9).
+        label_smoothing: eps_ls (paper: 0.1).
+        accum_steps: batches per optimizer step (gradient accumulation); the loss is normalised by the total
+            number of target tokens of the step, so accumulation equals one larger batch.
+        clip_grad: clip the global gradient norm to this value (None: no clipping, as in the paper).
+        device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
+        bf16: bfloat16 autocast for the forward pass on CUDA (ignored on other devices).
+        compile: wrap the model in ``torch.compile``.
+        seed: seeds dropout (torch's global RNG, plus the rank) and the per-epoch batch order.
+        log_every: write a metrics line (and refresh the progress bar's numbers) every this many steps.
+        eval_every: evaluate on the validation batches every this many steps (None: only at the end).
+        save_every, save_every_minutes: write a checkpoint every this many steps / minutes (a final one is
+            always written when an output folder is set).
+        keep_last: how many of the newest step checkpoints to keep (None: all).
+        progress: show a tqdm progress bar (rank 0 only).
+    """
+
+    max_steps: int | None = None
+    max_minutes: float | None = None
+    max_epochs: int | None = None
+    warmup: int = 4000
+    lr_factor: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    label_smoothing: float = 0.1
+    accum_steps: int = 1
+    clip_grad: float | None = None
+    device: str = "auto"
+    bf16: bool = True
+    compile: bool = False
+    seed: int = 0
+    log_every: int = 20
+    eval_every: int | None = None
+    save_every: int | None = None
+    save_every_minutes: float | None = None
+    keep_last: int | None = 5
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # JSON round trips turn it into a list
+        for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_last"):
+            value = getattr(self, name)
+            if value is not None:
+                check_positive_int(name, value)
+        for name in ("warmup", "accum_steps", "log_every"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("max_minutes", "save_every_minutes", "clip_grad"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+        if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
+            raise ValueError("set at least one of max_steps, max_minutes or max_epochs, or training never stops")
+        if not isinstance(self.lr_factor, (int, float)) or isinstance(self.lr_factor, bool) or self.lr_factor <= 0:
+            raise ValueError(f"lr_factor must be a positive number, got {self.lr_factor!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be positive, got {self.eps!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-serialisable)."""
+        values = asdict(self)
+        values["betas"] = list(self.betas)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields: {unknown}")
+        return cls(**dict(values))
+
+
+@dataclass
+class TrainState:
+    """Counters that, with the optimizer, scheduler and RNG states, make a run resumable exactly."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # epochs started (0-based index of the current one)
+    batch_index: int = 0  # position in the current epoch's batch order
+    train_seconds: float = 0.0  # wall time spent in train(), all sessions
+    tokens_seen: int = 0  # non-pad source + target tokens processed (all ranks)
+    last_loss: float | None = None  # per-token smoothed loss of the latest logged window
+    last_valid: dict[str, float] | None = None
+    best_valid_nll: float | None = None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------------------
+class Trainer:
+    """Trains a :class:`~companion.model.Transformer` on a list of :class:`companion.data.Batch`.
+
+    The list is one epoch; every epoch visits it in a fresh order drawn from ``seed + epoch``. One optimizer
+    step consumes ``accum_steps`` consecutive batches. Under ``torchrun`` each rank takes its share of the
+    rows of every batch (see the module docstring).
+
+    Args:
+        model: the model (moved to the configured device; the Trainer updates it in place).
+        config: a :class:`TrainConfig`.
+        train_batches: the training batches (each with ``src``, ``tgt_in``, ``tgt_out``, ``num_src_tokens``,
+            ``num_tgt_tokens``), identical on every rank.
+        valid_batches: optional validation batches for the periodic evaluation.
+        out_dir: where checkpoints (``checkpoints/step_XXXXXXXX.pt``) and ``metrics.jsonl`` go; None keeps
+            everything in memory.
+        tokenizers: ``{"src": tokenizer, "tgt": tokenizer}`` (objects with ``to_dict()``, or dicts), stored in
+            every checkpoint so that the model can translate text later.
+        run_info: free-form JSON-serialisable facts about the run (data, command) stored in checkpoints.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        config: TrainConfig,
+        train_batches: Sequence[Any],
+        valid_batches: Sequence[Any] | None = None,
+        *,
+        out_dir: str | os.PathLike | None = None,
+        tokenizers: Mapping[str, Any] | None = None,
+        run_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        from .model import Transformer  # local: keeps import order of the package free
+
+        if not isinstance(model, Transformer):
+            raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        self.train_batches = self._check_batches("train_batches", train_batches, allow_empty=False)
+        self.valid_batches = self._check_batches("valid_batches", valid_batches or [], allow_empty=True)
+        self.config = config
+        self.rank, self.world_size = _distributed()
+        self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
+        self.model = model.to(self.device)
+        self.pad_id = model.config.pad_id
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.tokenizers = {k: (v if isinstance(v, dict) else v.to_dict()) for k, v in (tokenizers or {}).items()}
+        self.run_info = dict(run_info or {})
+        self.state = TrainState()
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=config.betas, eps=config.eps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, NoamSchedule(model.config.d_model, config.warmup, config.lr_factor)
+        )
+        self.train_model: nn.Module = model
+        if self.world_size > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.train_model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if config.compile:
+            self.train_model = torch.compile(self.train_model)
+        torch.manual_seed(config.seed + self.rank)
+        self._last_save_time = 0.0
+
+    # -- input checks ------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_batches(name: str, batches: Sequence[Any], allow_empty: bool) -> list[Any]:
+        if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence):
+            raise TypeError(f"{name} must be a list of companion.data.Batch, got {type(batches).__name__}")
+        if not batches and not allow_empty:
+            raise ValueError(f"{name} must hold at least one batch, got an empty list")
+        for i, batch in enumerate(batches):
+            for attr in ("src", "tgt_in", "tgt_out", "num_tgt_tokens"):
+                if not hasattr(batch, attr):
+                    raise TypeError(f"{name}[{i}] must be a companion.data.Batch (no attribute {attr!r})")
+        return list(batches)
+
+    # -- the main loop ---------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Train until a limit of the config is reached; returns a summary dict.
+
+        Raises :class:`TrainingDivergedError` (naming the step) if the loss becomes NaN or infinite; the
+        failing update is not applied.
+        """
+        cfg = self.config
+        from tqdm.auto import tqdm
+
+        start_time = time.perf_counter()
+        start_seconds, start_step = self.state.train_seconds, self.state.step
+        self._last_save_time = start_time
+        window = _Window(time.perf_counter())
+        bar = tqdm(
+            total=cfg.max_steps, initial=self.state.step, unit="step", dynamic_ncols=True,
+            disable=not cfg.progress or self.rank != 0, desc="train",
+        )
+        stop_reason = self._limit_reached(start_seconds)
+        try:
+            while stop_reason is None:
+                group = [self._next_batch() for _ in range(cfg.accum_steps)]
+
+                def flags() -> tuple[bool, bool]:  # decided on rank 0, shared through the all-reduce
+                    now = time.perf_counter()
+                    time_up = self._time_up(start_seconds + now - start_time)
+                    every = cfg.save_every_minutes
+                    return time_up, bool(every) and now - self._last_save_time >= 60.0 * every
+
+                loss_sum, nll_sum, tgt_tokens, all_tokens, (time_up, save_due) = self._train_step(group, flags)
+                self.state.train_seconds = start_seconds + time.perf_counter() - start_time
+                self.state.tokens_seen += all_tokens
+                window.add(loss_sum, nll_sum, tgt_tokens, all_tokens)
+                bar.update(1)
+                step = self.state.step
+                if step % cfg.log_every == 0:
+                    self._log_train(window, bar)
+                    window = _Window(time.perf_counter())
+                if cfg.eval_every and step % cfg.eval_every == 0 and self.valid_batches:
+                    self.evaluate(log=True)
+                stop_reason = "max_minutes" if time_up else self._limit_reached(None)
+                save_due = save_due or bool(cfg.save_every and step % cfg.save_every == 0)
+                if save_due and stop_reason is None and self.out_dir is not None:
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+        if window.steps:
+            self._log_train(window, None)
+        if self.valid_batches and not (cfg.eval_every and self.state.step % cfg.eval_every == 0):
+            self.evaluate(log=True)
+        last_path = self.save_checkpoint() if self.out_dir is not None else None
+        return {
+            "stop_reason": stop_reason,
+            "steps": self.state.step,
+            "steps_this_session": self.state.step - start_step,
+            "epochs": self.state.epoch + self.state.batch_index / len(self.train_batches),
+            "train_seconds": self.state.train_seconds,
+            "tokens_seen": self.state.tokens_seen,
+            "last_loss": self.state.last_loss,
+            "valid": self.state.last_valid,
+            "checkpoint": str(last_path) if last_path else None,
+        }
+
+    def _time_up(self, seconds: float) -> bool:
+        return self.config.max_minutes is not None and seconds >= 60.0 * self.config.max_minutes
+
+    def _limit_reached(self, seconds: float | None) -> str | None:
+        """Which limit stops training now (None: none). ``seconds=None`` skips the time check (it is made
+        inside the step, on rank 0, so that all ranks stop at the same step)."""
+        cfg = self.config
+        if cfg.max_steps is not None and self.state.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_epochs is not None and self.state.epoch >= cfg.max_epochs:
+            return "max_epochs"
+        if seconds is not None and self._time_up(seconds):
+            return "max_minutes"
+        return None
+
+    def _epoch_order(self, epoch: int) -> list[int]:
+        generator = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+        return torch.randperm(len(self.train_batches), generator=generator).tolist()
+
+    def _next_batch(self) -> Any:
+        if getattr(self, "_order_epoch", None) != self.state.epoch:
+            self._order, self._order_epoch = self._epoch_order(self.state.epoch), self.state.epoch
+        batch = self.train_batches[self._order[self.state.batch_index]]
+        self.state.batch_index += 1
+        if self.state.batch_index >= len(self.train_batches):
+            self.state.epoch += 1
+            self.state.batch_index = 0
+        return batch
+
+    def _local_share(self, batch: Any) -> tuple[Any, float]:
+        """This rank's rows of a global batch (padding columns trimmed) and its weight (0 for a dummy)."""
+        if self.world_size == 1:
+            return batch, 1.0
+        rows = torch.tensor_split(torch.arange(len(batch.src)), self.world_size)[self.rank]
+        weight = 1.0
+        if len(rows) == 0:  # fewer rows than ranks: run one row with zero weight to join the all-reduce
+            rows, weight = torch.arange(1), 0.0
+        src, tgt_in, tgt_out = batch.src[rows], batch.tgt_in[rows], batch.tgt_out[rows]
+        src = src[:, : int((src != self.pad_id).sum(1).max())]
+        tgt_len = int((tgt_out != self.pad_id).sum(1).max())
+        tgt_in, tgt_out = tgt_in[:, :tgt_len], tgt_out[:, :tgt_len]
+        share = dataclasses.replace(
+            batch, src=src, tgt_in=tgt_in, tgt_out=tgt_out,
+            num_src_tokens=int((src != self.pad_id).sum()), num_tgt_tokens=int((tgt_out != self.pad_id).sum()),
+        )
+        return share, weight
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.device.type == "cuda" and self.config.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _train_step(self, group: list[Any], flags: Any) -> tuple[float, float, int, int, tuple[bool, bool]]:
+        """One optimizer step over ``group`` (accum_steps global batches).
+
+        ``flags()`` returns rank 0's ``(time_up, save_due)``; they travel with the loss in one all-reduce so
+        that every rank takes the same decision. Returns the summed loss, nll, target tokens, all tokens
+        and the shared flags.
+        """
+        self.model.train()
+        total_tgt = sum(int(b.num_tgt_tokens) for b in group)
+        all_tokens = sum(int(b.num_tgt_tokens) + int(getattr(b, "num_src_tokens", 0)) for b in group)
+        scale = self.world_size / max(total_tgt, 1)  # DDP averages over ranks: undo it, divide by global tokens
+        loss_acc = torch.zeros((), device=self.device)
+        nll_acc = torch.zeros((), device=self.device)
+        for i, batch in enumerate(group):
+            share, weight = self._local_share(batch)
+            share = share.to(self.device, non_blocking=True)
+            last = i == len(group) - 1
+            sync = contextlib.nullcontext()
+            if self.world_size > 1 and not last:
+                sync = self._ddp_module().no_sync()
+            with sync:
+                with self._autocast():
+                    logits = self.train_model(share.src, share.tgt_in)
+                loss_sum, nll_sum, _ = label_smoothed_loss(
+                    logits, share.tgt_out, self.config.label_smoothing, self.pad_id
+                )
+                (loss_sum * (scale * weight)).backward()
+            loss_acc += loss_sum.detach() * weight
+            nll_acc += nll_sum.detach() * weight
+        time_up, save_due = flags() if self.rank == 0 else (False, False)
+        stats = torch.stack([loss_acc, nll_acc, torch.tensor(float(time_up), device=self.device),
+                             torch.tensor(float(save_due), device=self.device)])
+        if self.world_size > 1:
+            dist.all_reduce(stats)
+        loss_value, nll_value, time_flag, save_flag = stats.tolist()
+        next_step = self.state.step + 1
+        if not (math.isfinite(loss_value) and math.isfinite(nll_value)):
+            self.optimizer.zero_grad(set_to_none=True)
+            latest = self._latest_checkpoint_note()
+            raise TrainingDivergedError(
+                f"the training loss became {loss_value} at step {next_step} (epoch {self.state.epoch}); the update "
+                f"was not applied. Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip "
+                f"gradients (--clip-grad).{latest}"
+            )
+        if self.config.clip_grad is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step = next_step
+        return loss_value, nll_value, total_tgt, all_tokens, (time_flag > 0, save_flag > 0)
+
+    def _ddp_module(self) -> nn.parallel.DistributedDataParallel:
+        module = self.train_model
+        module = getattr(module, "_orig_mod", module)  # torch.compile wrapper
+        return module
+
+    def _latest_checkpoint_note(self) -> str:
+        if self.out_dir is None:
+            return ""
+        from .checkpoint import latest_checkpoint
+
+        latest = latest_checkpoint(self.out_dir / "checkpoints")
+        return f" The latest good checkpoint is {latest}." if latest else ""
+
+    # -- evaluation --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, batches: Sequence[Any] | None = None, log: bool = False) -> dict[str, float]:
+        """Teacher-forced loss on ``batches`` (default: the validation batches), all ranks' shares combined.
+
+        Returns ``{"valid_loss", "valid_nll", "valid_ppl", "valid_tokens"}`` (per-token smoothed loss, per-token
+        negative log-likelihood, its exponential).
+        """
+        batches = self.valid_batches if batches is None else self._check_batches("batches", batches, False)
+        self.model.eval()
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for batch in batches:
+            share, weight = self._local_share(batch)
+            share = share.to(self.device)
+            with self._autocast():
+                logits = self.model(share.src, share.tgt_in)
+            loss_sum, nll_sum, count = label_smoothed_loss(logits, share.tgt_out, self.config.label_smoothing, self.pad_id)
+            sums += torch.stack([loss_sum.double(), nll_sum.double(), count.double()]) * weight
+        if self.world_size > 1:
+            dist.all_reduce(sums)
+        loss, nll, count = sums.tolist()
+        count = max(count, 1.0)
+        result = {
+            "valid_loss": loss / count, "valid_nll": nll / count,
+            "valid_ppl": math.exp(min(nll / count, 50.0)), "valid_tokens": int(count),
+        }
+        if log:
+            self.state.last_valid = result
+            if self.state.best_valid_nll is None or result["valid_nll"] < self.state.best_valid_nll:
+                self.state.best_valid_nll = result["valid_nll"]
+            self._write_metrics({"kind": "valid", "step": self.state.step, **result})
+        return result
+
+    # -- logging -----------------------------------------------------------------------------------------
+    def _log_train(self, window: "_Window", bar: Any) -> None:
+        now = time.perf_counter()
+        seconds = max(now - window.start, 1e-9)
+        loss = window.loss / max(window.tgt_tokens, 1)
+        nll = window.nll / max(window.tgt_tokens, 1)
+        lr = self.scheduler.get_last_lr()[0]
+        record = {
+            "kind": "train", "step": self.state.step,
+            "epoch": round(self.state.epoch + self.state.batch_index / len(self.train_batches), 4),
+            "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)), "lr": lr,
+            "tokens_per_s": window.all_tokens / seconds, "train_seconds": round(self.state.train_seconds, 3),
+        }
+        self.state.last_loss = loss
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:.0f}", refresh=False)
+        self._write_metrics(record)
+
+    @property
+    def metrics_path(self) -> Path | None:
+        """``out_dir/metrics.jsonl`` (None without an output folder)."""
+        return None if self.out_dir is None else self.out_dir / "metrics.jsonl"
+
+    def _write_metrics(self, record: dict[str, Any]) -> None:
+        if self.metrics_path is None or self.rank != 0:
+            return
+        self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({**record, "time": time.time()}) + "\n")
+
+    # -- checkpoints ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything besides the model weights that an exact resume needs (tensors and plain values only)."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "state": asdict(self.state),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng,
+            "world_size": self.world_size,
+        }
+
+    def load_state_dict(self, trainer_state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (counters, optimizer, scheduler, RNG)."""
+        counters = dict(trainer_state["state"])
+        self.state = TrainState(**counters)
+        self.optimizer.load_state_dict(trainer_state["optimizer"])
+        self.scheduler.load_state_dict(trainer_state["scheduler"])
+        rng = trainer_state.get("rng", {})
+        if "torch" in rng and int(trainer_state.get("world_size", 1)) == self.world_size:
+            torch.set_rng_state(rng["torch"].cpu())
+            if "cuda" in rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+
+    def save_checkpoint(self, path: str | os.PathLike | None = None) -> Path | None:
+        """Write a checkpoint atomically (rank 0 only) and prune old ones; returns its path.
+
+        Default path: ``out_dir/checkpoints/step_XXXXXXXX.pt``. With DDP every rank must call it (it ends
+        with a barrier).
+        """
+        from .checkpoint import checkpoint_path, prune_checkpoints, save_checkpoint
+
+        if path is None:
+            if self.out_dir is None:
+                raise ValueError("save_checkpoint needs a path when the Trainer has no out_dir")
+            path = checkpoint_path(self.out_dir / "checkpoints", self.state.step)
+        path = Path(path)
+        if self.rank == 0:
+            save_checkpoint(
+                path, model=self.model, step=self.state.step, tokenizers=self.tokenizers or None,
+                train_config=self.config.to_dict(), trainer_state=self.state_dict(),
+                metrics={"last_loss": self.state.last_loss, "valid": self.state.last_valid,
+                         "best_valid_nll": self.state.best_valid_nll, "train_seconds": self.state.train_seconds,
+                         "tokens_seen": self.state.tokens_seen},
+                run_info=self.run_info,
+            )
+            if self.config.keep_last and self.out_dir is not None and path.parent == self.out_dir / "checkpoints":
+                prune_checkpoints(path.parent, self.config.keep_last)
+        self._last_save_time = time.perf_counter()
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    def load_checkpoint(self, checkpoint: str | os.PathLike | Mapping[str, Any]) -> None:
+        """Resume from a checkpoint (path or loaded dict): model weights, optimizer, scheduler, RNG, counters.
+
+        Raises :class:`companion.checkpoint.CheckpointError` if the checkpoint was written for another model
+        configuration or vocabulary, or holds no trainer state (e.g. an averaged checkpoint).
+        """
+        from .checkpoint import CheckpointError, check_compatible, load_checkpoint, load_model_weights
+
+        ckpt = load_checkpoint(checkpoint, map_location=self.device) if not isinstance(checkpoint, Mapping) else checkpoint
+        check_compatible(ckpt, model_config=self.model.config, tokenizers=self.tokenizers or None)
+        if not ckpt.get("trainer_state"):
+            raise CheckpointError(
+                "this checkpoint holds no optimizer/scheduler state (an averaged or exported model?); "
+                "it can be evaluated or used to translate, but training cannot resume from it"
+            )
+        load_model_weights(self.model, ckpt)
+        self.load_state_dict(ckpt["trainer_state"])
+        self._truncate_metrics(self.state.step)
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop metrics lines written after ``step`` by an interrupted session (they will be redone)."""
+        path = self.metrics_path
+        if path is None or self.rank != 0 or not path.exists():
+            return
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from a kill
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+@dataclass
+class _Window:
+    """Running sums between two log lines."""
+
+    start: float
+    steps: int = 0
+    loss: float = 0.0
+    nll: float = 0.0
+    tgt_tokens: int = 0
+    all_tokens: int = 0
+
+    def add(self, loss: float, nll: float, tgt_tokens: int, all_tokens: int) -> None:
+        self.steps += 1
+        self.loss += loss
+        self.nll += nll
+        self.tgt_tokens += tgt_tokens
+        self.all_tokens += all_tokens

@@ -1,0 +1,366 @@
+"""Tests for companion.data: tokenizers, Multi30k loading, batching, synthetic tasks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from companion.data import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    Batch,
+    DataUnavailableError,
+    SubwordTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    encode_pairs,
+    load_multi30k,
+    make_batches,
+    synthetic_pairs,
+    tokenizer_from_dict,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+ENGLISH = [
+    "Two young, White males are outside near many bushes.",
+    "A man's dog runs (fast) toward the T-shirt.",
+    'A sign says "Come on now" in red letters.',
+    "Several men in hard hats are operating a giant pulley system.",
+    "A little girl climbing into a wooden playhouse.",
+    "Two men are at the stove preparing food.",
+]
+GERMAN = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Ein Mann z.B. im T-Shirt läuft schnell.",
+    "Mehrere Männer mit Schutzhelmen bedienen ein Antriebsradsystem.",
+]
+
+
+# -- tokenizers ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def word_en() -> WordTokenizer:
+    return WordTokenizer.build(ENGLISH, "en")
+
+
+@pytest.fixture(scope="module")
+def subword() -> SubwordTokenizer:
+    return SubwordTokenizer.train(ENGLISH + GERMAN, vocab_size=200)
+
+
+def test_special_ids_are_fixed(word_en, subword):
+    for tok in (word_en, subword):
+        assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert word_en.itos[:4] == list(SPECIAL_TOKENS)
+
+
+def test_word_tokenizer_round_trip_on_its_training_text(word_en):
+    for sentence in ENGLISH:
+        ids = word_en.encode(sentence)
+        assert UNK_ID not in ids and BOS_ID not in ids and EOS_ID not in ids
+        assert word_en.decode(ids) == sentence
+
+
+def test_word_tokenizer_splits_like_spacy(word_en):
+    assert word_en.tokenize("A man's dog runs (fast).") == ["A", "man", "'s", "dog", "runs", "(", "fast", ")", "."]
+
+
+def test_word_vocabulary_min_freq_and_max_size():
+    texts = ["a a a b b c", "a b d"]
+    full = WordTokenizer.build(texts, "en")
+    assert full.itos[4:] == ["a", "b", "c", "d"]  # by frequency, ties alphabetical
+    frequent = WordTokenizer.build(texts, "en", min_freq=2)
+    assert frequent.itos[4:] == ["a", "b"]
+    assert frequent.encode("c d a") == [UNK_ID, UNK_ID, frequent.stoi["a"]]
+    capped = WordTokenizer.build(texts, "en", max_size=5)
+    assert capped.vocab_size == 5 and capped.itos[4] == "a"
+
+
+def test_unknown_words_and_characters_become_unk(word_en, subword):
+    ids = word_en.encode("A zebra ☃ runs.")
+    assert ids[1] == UNK_ID and ids[2] == UNK_ID and ids[0] != UNK_ID
+    assert word_en.decode(ids) == "A <unk> <unk> runs."
+    sub_ids = subword.encode("A man ☃ 漢.")
+    assert sub_ids.count(UNK_ID) == 2
+    assert subword.decode(sub_ids) == "A man <unk> <unk>."
+
+
+def test_empty_text_encodes_to_nothing(word_en, subword):
+    for tok in (word_en, subword):
+        assert tok.encode("") == [] and tok.encode("   ") == []
+        assert tok.decode([]) == ""
+
+
+def test_decode_stops_at_eos_and_skips_specials(word_en):
+    a, b = word_en.stoi["Two"], word_en.stoi["men"]
+    assert word_en.decode([BOS_ID, a, PAD_ID, b, EOS_ID, a, a]) == "Two men"
+    assert word_en.decode(torch.tensor([a, b, EOS_ID])) == "Two men"
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        word_en.decode([word_en.vocab_size])
+    with pytest.raises(TypeError, match="integers"):
+        word_en.decode([1.5])
+
+
+def test_subword_round_trip_and_shared_vocabulary(subword):
+    for sentence in ENGLISH + GERMAN:
+        ids = subword.encode(sentence)
+        assert UNK_ID not in ids
+        assert subword.decode(ids) == sentence
+    assert subword.vocab_size <= 200
+
+
+def test_unigram_model_also_round_trips():
+    tok = SubwordTokenizer.train(ENGLISH, vocab_size=120, model="unigram")
+    assert all(tok.decode(tok.encode(s)) == s for s in ENGLISH)
+    with pytest.raises(ValueError, match="model must be 'bpe' or 'unigram'"):
+        SubwordTokenizer.train(ENGLISH, model="wordpiece")
+
+
+@pytest.mark.parametrize("which", ["word", "subword"])
+def test_tokenizers_survive_json_round_trip(which, word_en, subword):
+    tok = word_en if which == "word" else subword
+    rebuilt = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert type(rebuilt) is type(tok) and rebuilt.vocab_size == tok.vocab_size
+    for sentence in ENGLISH + ["A zebra ☃ runs."]:
+        assert rebuilt.encode(sentence) == tok.encode(sentence)
+        assert rebuilt.decode(tok.encode(sentence)) == tok.decode(tok.encode(sentence))
+    assert rebuilt.to_dict() == tok.to_dict()
+
+
+def test_tokenizer_bad_input():
+    with pytest.raises(ValueError, match="values\\['type'\\]"):
+        tokenizer_from_dict({"type": "chars"})
+    with pytest.raises(ValueError, match="lacks the key"):
+        tokenizer_from_dict({"type": "word"})
+    with pytest.raises(TypeError, match="single string"):
+        WordTokenizer.build("not a list", "en")
+    with pytest.raises(ValueError, match="language"):
+        WordTokenizer.build(["x"], "no-such-language")
+    with pytest.raises(ValueError, match="min_freq"):
+        WordTokenizer.build(["x"], "en", min_freq=0)
+    with pytest.raises(TypeError, match="text must be a str"):
+        WordTokenizer.build(["x"], "en").encode(None)  # type: ignore[arg-type]
+
+
+# -- synthetic tasks and batching --------------------------------------------------------------------------------
+
+
+def test_synthetic_tasks():
+    for task, check in (("copy", lambda s, t: t == s), ("reverse", lambda s, t: t == s[::-1]),
+                        ("sort", lambda s, t: t == sorted(s))):
+        pairs = synthetic_pairs(task, 200, min_len=2, max_len=7, vocab_size=11, seed=3)
+        assert len(pairs) == 200 and all(check(s, t) for s, t in pairs)
+        assert all(2 <= len(s) <= 7 and all(4 <= i < 11 for i in s) for s, _ in pairs)
+        assert pairs == synthetic_pairs(task, 200, min_len=2, max_len=7, vocab_size=11, seed=3)
+    assert synthetic_pairs("copy", 50, seed=1) != synthetic_pairs("copy", 50, seed=2)
+    with pytest.raises(ValueError, match="task"):
+        synthetic_pairs("add", 5)
+    with pytest.raises(ValueError, match="vocab_size"):
+        synthetic_pairs("copy", 5, vocab_size=4)
+    with pytest.raises(ValueError, match="min_len"):
+        synthetic_pairs("copy", 5, min_len=5, max_len=3)
+
+
+def _batches_as_pairs(batches: list[Batch]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Recover the (src, tgt) id pairs from batches, checking the layout of every row on the way."""
+    recovered = []
+    for batch in batches:
+        assert batch.src.dtype == batch.tgt_in.dtype == batch.tgt_out.dtype == torch.long
+        assert batch.tgt_in.shape == batch.tgt_out.shape and len(batch) == batch.src.shape[0]
+        assert batch.num_src_tokens == int((batch.src != PAD_ID).sum())
+        assert batch.num_tgt_tokens == int((batch.tgt_out != PAD_ID).sum())
+        for src, tgt_in, tgt_out in zip(batch.src.tolist(), batch.tgt_in.tolist(), batch.tgt_out.tolist()):
+            n, t = src.index(EOS_ID) + 1, tgt_out.index(EOS_ID) + 1
+            assert all(x == PAD_ID for x in src[n:]) and PAD_ID not in src[:n]  # pads only at the end
+            assert all(x == PAD_ID for x in tgt_out[t:]) and all(x == PAD_ID for x in tgt_in[t:])
+            assert tgt_in[0] == BOS_ID and tgt_in[1:t] == tgt_out[: t - 1]  # shifted by one
+            recovered.append((tuple(src[: n - 1]), tuple(tgt_out[: t - 1])))
+    return recovered
+
+
+def test_make_batches_layout_budget_and_coverage():
+    pairs = synthetic_pairs("reverse", 500, min_len=1, max_len=30, vocab_size=50, seed=0)
+    pairs = [(s, t + t[:3]) for s, t in pairs]  # targets longer than sources
+    batches = make_batches(pairs, max_tokens=200, seed=5)
+    assert sorted(_batches_as_pairs(batches)) == sorted((tuple(s), tuple(t)) for s, t in pairs)  # each once
+    for batch in batches:
+        assert len(batch) * max(batch.src.shape[1], batch.tgt_in.shape[1]) <= 200
+    lengths = [b.src.shape[1] for b in make_batches(pairs, max_tokens=200, shuffle=False)]
+    assert lengths == sorted(lengths)  # bucketing: unshuffled batches go from short to long
+    assert len(batches) < 2 * 500 * 33 / 200  # and batches are reasonably full
+
+
+def test_make_batches_is_deterministic_under_a_seed():
+    pairs = synthetic_pairs("copy", 300, max_len=12, vocab_size=30, seed=0)
+
+    def signature(batches):
+        return [tuple(b.src.flatten().tolist()) for b in batches]
+
+    same = signature(make_batches(pairs, 120, seed=7))
+    assert same == signature(make_batches(pairs, 120, seed=7))
+    other = signature(make_batches(pairs, 120, seed=8))
+    assert other != same
+    assert sorted(_batches_as_pairs(make_batches(pairs, 120, seed=8))) == sorted(
+        _batches_as_pairs(make_batches(pairs, 120, seed=7)))
+
+
+def test_make_batches_gives_an_over_long_pair_its_own_batch():
+    pairs = [([5] * 40, [6] * 40), ([5], [6]), ([7, 7], [8])]
+    batches = make_batches(pairs, max_tokens=10, shuffle=False)
+    assert [len(b) for b in batches] == [2, 1] and batches[-1].src.shape == (1, 41)
+    with pytest.raises(ValueError, match="max_tokens"):
+        make_batches(pairs, max_tokens=0)
+    with pytest.raises(TypeError, match="pairs\\[0\\]"):
+        make_batches([[1, 2, 3]], max_tokens=10)
+
+
+def test_batch_to_and_len():
+    batch = make_batches([([4, 5], [6])], 100)[0]
+    moved = batch.to("cpu")
+    assert len(moved) == 1 and torch.equal(moved.src, batch.src) and moved.num_tgt_tokens == 2
+
+
+def test_encode_pairs_truncates_to_max_len(word_en):
+    pairs = [(ENGLISH[0], ENGLISH[3]), (ENGLISH[4], "")]
+    encoded = encode_pairs(pairs, word_en, word_en)
+    assert encoded[0] == (word_en.encode(ENGLISH[0]), word_en.encode(ENGLISH[3])) and encoded[1][1] == []
+    with pytest.warns(UserWarning, match="truncated 1 of 2"):
+        short = encode_pairs(pairs, word_en, word_en, max_len=10)
+    assert short[0] == (encoded[0][0][:9], encoded[0][1][:9]) and short[1] == encoded[1]
+    with pytest.raises(TypeError, match="src_tokenizer"):
+        encode_pairs(pairs, "en", word_en)  # type: ignore[arg-type]
+
+
+# -- Multi30k loading ------------------------------------------------------------------------------------------
+
+
+def _write_split(folder: Path, stem: str, en: list[str], de: list[str]) -> None:
+    for lang, lines in (("en", en), ("de", de)):
+        with gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+
+
+@pytest.fixture()
+def tiny_multi30k(tmp_path: Path) -> Path:
+    for stem, n in (("train", 5), ("val", 2), ("test_2016_flickr", 3)):
+        _write_split(tmp_path, stem, [f"{stem} english {i}." for i in range(n)], [f"{stem} deutsch {i}." for i in range(n)])
+    return tmp_path
+
+
+def test_load_local_folder_both_directions(tiny_multi30k):
+    en_de = load_multi30k("en", "de", data_dir=tiny_multi30k)
+    assert {k: len(v) for k, v in en_de.items()} == {"train": 5, "valid": 2, "test": 3}
+    assert en_de["test"][1] == ("test_2016_flickr english 1.", "test_2016_flickr deutsch 1.")
+    de_en = load_multi30k("de", "en", data_dir=str(tiny_multi30k))
+    assert de_en["train"] == [(t, s) for s, t in en_de["train"]]
+
+
+def test_load_uses_the_environment_variable(tiny_multi30k, monkeypatch):
+    monkeypatch.setenv("COMPANION_DATA_DIR", str(tiny_multi30k))
+    assert len(load_multi30k()["train"]) == 5
+
+
+def test_load_reports_mismatched_line_counts(tiny_multi30k):
+    _write_split(tiny_multi30k, "val", ["one.", "two.", "three."], ["eins.", "zwei."])
+    with pytest.raises(ValueError, match=r"val\.en\.gz has 3 lines but .*val\.de\.gz has 2"):
+        load_multi30k(data_dir=tiny_multi30k)
+
+
+def test_load_reports_missing_files(tiny_multi30k, tmp_path):
+    (tiny_multi30k / "test_2016_flickr.de.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"lacks test_2016_flickr\.de\.gz.*--data-dir"):
+        load_multi30k(data_dir=tiny_multi30k)
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        load_multi30k(data_dir=tmp_path / "nowhere")
+
+
+def test_load_drops_empty_pairs_with_a_warning(tiny_multi30k):
+    _write_split(tiny_multi30k, "train", ["a.", "", "c.", "d."], ["A.", "B.", "  ", "D."])
+    with pytest.warns(UserWarning, match="dropped 2 pair"):
+        train = load_multi30k(data_dir=tiny_multi30k)["train"]
+    assert train == [("a.", "A."), ("d.", "D.")]
+
+
+@pytest.mark.parametrize("src,tgt", [("en", "fr"), ("cs", "de"), ("en", "en")])
+def test_load_rejects_unsupported_language_pairs(src, tgt, tiny_multi30k):
+    with pytest.raises(ValueError, match="src|tgt"):
+        load_multi30k(src, tgt, data_dir=tiny_multi30k)
+
+
+def test_unreachable_hub_fails_fast_with_instructions(monkeypatch):
+    monkeypatch.delenv("COMPANION_DATA_DIR", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: connection refused
+    start = time.monotonic()
+    with pytest.raises(DataUnavailableError, match="cannot be reached.*--data-dir.*COMPANION_DATA_DIR"):
+        load_multi30k()
+    assert time.monotonic() - start < 5
+
+
+def test_offline_mode_fails_fast_with_instructions(tmp_path):
+    """A fresh process with HF_DATASETS_OFFLINE=1, an empty Hugging Face cache and no local folder."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_DATA_DIR", "HF_HUB_OFFLINE")}
+    env.update(HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1")
+    code = ("import time, companion.data as d\nt = time.monotonic()\n"
+            "try:\n    d.load_multi30k()\nexcept d.DataUnavailableError as e:\n"
+            "    print('ERROR', round(time.monotonic() - t, 2), e)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert result.stdout.startswith("ERROR"), result.stdout + result.stderr
+    seconds = float(result.stdout.split()[1])
+    assert seconds < 10, f"offline failure took {seconds} s"
+    assert "offline mode" in result.stdout and "--data-dir" in result.stdout
+
+
+# -- the real data ---------------------------------------------------------------------------------------------
+
+
+def _real_data_dir() -> Path | None:
+    candidates = [os.environ.get("COMPANION_DATA_DIR"), REPO.parent / "shared" / "data" / "multi30k"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "train.en.gz").is_file():
+            return Path(candidate)
+    return None
+
+
+@pytest.mark.skipif(_real_data_dir() is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it "
+                                                     "in ../shared/data/multi30k")
+def test_real_multi30k_loads_tokenizes_and_batches():
+    data = load_multi30k("de", "en", data_dir=_real_data_dir())
+    assert {k: len(v) for k, v in data.items()} == {"train": 29000, "valid": 1014, "test": 1000}
+    assert all(s and t for split in data.values() for s, t in split)  # never empty pairs
+    assert data["train"][0] == ("Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+                                "Two young, White males are outside near many bushes.")
+    train_de = [s for s, _ in data["train"]]
+    src_tok = WordTokenizer.build(train_de, "de", min_freq=2)
+    assert 6000 < src_tok.vocab_size < 12000
+    # Detokenization: the validation sentences without unknown words come back exactly (measured: 100%).
+    valid_de = [s for s, _ in data["valid"]]
+    encoded = src_tok.encode_batch(valid_de)
+    known = [(ids, text) for ids, text in zip(encoded, valid_de) if UNK_ID not in ids]
+    exact = sum(src_tok.decode(ids) == text for ids, text in known) / len(known)
+    assert len(known) > 500 and exact >= 0.98, exact
+    # A vocabulary from the training split only: some validation words are unknown.
+    assert 0 < sum(ids.count(UNK_ID) for ids in encoded) < 0.05 * sum(map(len, encoded))
+    tgt_tok = WordTokenizer.build([t for _, t in data["train"][:5000]], "en")
+    pairs = encode_pairs(data["valid"], src_tok, tgt_tok, max_len=256)
+    batches = make_batches(pairs, max_tokens=2000, seed=0)
+    assert sum(len(b) for b in batches) == 1014
+    assert all(len(b) * max(b.src.shape[1], b.tgt_in.shape[1]) <= 2000 for b in batches)
+
+
+def test_tokenizer_base_class_is_abstract():
+    with pytest.raises(NotImplementedError):
+        Tokenizer().encode("x")

@@ -1,0 +1,248 @@
+"""Tests for companion.decode: greedy and beam search with the key/value cache, and translate()."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model, exact_match, random_model
+from companion import KVCache, Transformer, TransformerConfig
+from companion.attention import padding_mask
+from companion.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
+from companion.decode import (
+    beam_search,
+    greedy_decode,
+    length_penalty,
+    max_output_lengths,
+    score_hypotheses,
+    translate,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run much faster on one thread, especially on a busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _sources(num: int, seed: int, vocab: int, max_len: int = 9) -> torch.Tensor:
+    """A right-padded ``[num, n]`` source batch of varied lengths, each row ending with <eos>."""
+    pairs = synthetic_pairs("copy", num, min_len=1, max_len=max_len, vocab_size=vocab, seed=seed)
+    return make_batches(pairs, 10**9, shuffle=False)[0].src
+
+
+def _unpadded_rows(src: torch.Tensor) -> list[torch.Tensor]:
+    return [row[row != PAD_ID][None] for row in src]
+
+
+# -- the cache ------------------------------------------------------------------------------------------------
+
+
+def test_incremental_cached_logits_equal_the_full_forward_pass():
+    model = random_model()
+    src = _sources(5, seed=0, vocab=model.config.src_vocab_size)
+    tgt = torch.randint(4, model.config.tgt_vocab_size, (5, 12))
+    tgt[:, 0] = BOS_ID
+    with torch.no_grad():
+        full = model(src, tgt)
+        memory, src_mask = model.encode(src)
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache) for t in range(tgt.shape[1])]
+    assert cache.length == 12
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_cache_reorder_keeps_each_row_consistent():
+    """After reordering (as beam search does), each cached row continues the right sequence."""
+    model = random_model()
+    src = _sources(4, seed=1, vocab=model.config.src_vocab_size)
+    tgt = torch.randint(4, model.config.tgt_vocab_size, (4, 6))
+    tgt[:, 0] = BOS_ID
+    order = torch.tensor([2, 2, 0, 3])
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        cache = model.new_cache()
+        model.decode(tgt[:, :3], memory, src_mask, cache=cache)
+        cache.reorder(order)
+        rest = model.decode(tgt[order, 3:], memory[order], src_mask[order], cache=cache)
+        full = model(src[order], tgt[order])
+    assert torch.allclose(rest, full[:, 3:], atol=1e-5, rtol=0)
+
+
+# -- greedy and beam search -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["random", "copy"])
+def test_beam_size_one_equals_greedy(which):
+    model = random_model() if which == "random" else copy_model()
+    src = _sources(12, seed=2, vocab=model.config.src_vocab_size, max_len=COPY_MAX_LEN)
+    greedy = greedy_decode(model, src, max_extra_len=8)
+    assert beam_search(model, src, beam_size=1, max_extra_len=8) == greedy
+    if which == "random":  # some sentences hit the length limit, others stop early
+        limits = max_output_lengths(src, PAD_ID, 8, model.config.max_len)
+        assert any(len(g) == n for g, n in zip(greedy, limits)) and any(len(g) < n for g, n in zip(greedy, limits))
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.parametrize("which", ["random", "copy"])
+def test_results_do_not_depend_on_batch_size_or_padding(search, which):
+    model = random_model() if which == "random" else copy_model()
+    decode = greedy_decode if search == "greedy" else beam_search
+    src = _sources(7, seed=3, vocab=model.config.src_vocab_size, max_len=COPY_MAX_LEN)
+    together = decode(model, src, max_extra_len=6)
+    alone = [decode(model, row, max_extra_len=6)[0] for row in _unpadded_rows(src)]
+    extra_padding = torch.cat([src, torch.full((7, 5), PAD_ID)], dim=1)
+    assert together == alone == decode(model, extra_padding, max_extra_len=6)
+    assert decode(model, src.flip(0), max_extra_len=6) == together[::-1]
+
+
+def test_greedy_on_the_trained_copy_model_reproduces_the_input():
+    held_out = synthetic_pairs("copy", 200, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=99)
+    assert exact_match(copy_model(), held_out) >= 0.98
+    src = _sources(20, seed=98, vocab=COPY_VOCAB, max_len=COPY_MAX_LEN)
+    beams = beam_search(copy_model(), src, beam_size=4)
+    expected = [row[: row.index(EOS_ID)] for row in src.tolist()]
+    assert sum(b == e for b, e in zip(beams, expected)) >= 19
+
+
+def test_beam_scores_are_consistent_and_not_worse_than_greedy():
+    model = copy_model()
+    src = _sources(16, seed=4, vocab=COPY_VOCAB, max_len=COPY_MAX_LEN)
+    hypotheses, scores = beam_search(model, src, beam_size=4, alpha=0.6, return_scores=True)
+    # The score the search accumulated step by step (cache, reordering) equals a teacher-forced rescoring.
+    rescored = score_hypotheses(model, src, hypotheses, alpha=0.6)
+    assert scores == pytest.approx(rescored, abs=1e-4)
+    greedy_scores = score_hypotheses(model, src, greedy_decode(model, src), alpha=0.6)
+    assert all(b >= g - 1e-6 for b, g in zip(scores, greedy_scores))
+
+
+def test_length_penalty_values():
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert length_penalty(30, 0.0) == 1.0
+    assert torch.allclose(length_penalty(torch.tensor([1.0, 7.0]), 1.0), torch.tensor([1.0, 2.0]))
+
+
+def test_max_output_length_is_input_length_plus_50_capped_by_the_model():
+    src = torch.tensor([[5, 6, EOS_ID, PAD_ID], [5, 6, 7, EOS_ID]])
+    assert max_output_lengths(src, PAD_ID, 50, 512) == [53, 54]
+    assert max_output_lengths(src, PAD_ID, 50, 40) == [40, 40]
+
+
+# -- a scripted model where greedy search is provably suboptimal ----------------------------------------------
+
+A, B = 4, 5
+
+
+class _HistoryCache(KVCache):
+    """Remembers the target tokens fed so far, per row."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.history: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.history is None else self.history.shape[1]
+
+    def reorder(self, index: torch.Tensor, include_cross: bool = True) -> None:
+        self.history = self.history.index_select(0, index)
+
+
+class _ScriptedModel(Transformer):
+    """Next-token probabilities depend only on the prefix:
+    after <bos>: A 0.5, B 0.4, <eos> 0.1; after A...: A 0.4, B 0.3, <eos> 0.3; after B: <eos> 0.9, A/B 0.05.
+    Greedy picks A and then keeps picking A; the best normalised hypothesis is "B <eos>"."""
+
+    def __init__(self) -> None:
+        super().__init__(TransformerConfig(src_vocab_size=6, tgt_vocab_size=6, d_model=4, num_heads=1,
+                                           num_encoder_layers=0, num_decoder_layers=0, d_ff=4, max_len=64))
+
+    def encode(self, src, need_weights=False):
+        return torch.zeros(src.shape[0], src.shape[1], 4), padding_mask(src, PAD_ID)
+
+    def new_cache(self):
+        return _HistoryCache()
+
+    def decode(self, tgt, memory, src_mask=None, cache=None, need_weights=False):
+        cache.history = tgt if cache.history is None else torch.cat([cache.history, tgt], dim=1)
+        probs = torch.full((tgt.shape[0], 6), 1e-9)
+        for row, history in enumerate(cache.history.tolist()):
+            table = {(): (0.5, 0.4, 0.1), (A,): (0.4, 0.3, 0.3), (B,): (0.05, 0.05, 0.9)}
+            key = tuple(history[1:2])
+            probs[row, A], probs[row, B], probs[row, EOS_ID] = table[key]
+        return probs.log()[:, None, :]
+
+
+def test_beam_search_finds_what_greedy_misses():
+    model = _ScriptedModel()
+    src = torch.tensor([[A, A, EOS_ID], [A, EOS_ID, PAD_ID]])
+    assert greedy_decode(model, src, max_extra_len=3) == [[A] * 6, [A] * 5]  # never <eos>: up to the limit
+    hypotheses, scores = beam_search(model, src, beam_size=2, alpha=0.6, max_extra_len=3, return_scores=True)
+    assert hypotheses == [[B], [B]]
+    assert scores == pytest.approx([math.log(0.4 * 0.9) / length_penalty(2, 0.6)] * 2, abs=1e-6)
+    # Length penalty: with alpha = 0 "B <eos>" (0.36) still wins; a huge alpha favours longer output.
+    assert beam_search(model, src, beam_size=2, alpha=0.0, max_extra_len=3) == [[B], [B]]
+    assert beam_search(model, src, beam_size=1, max_extra_len=3) == greedy_decode(model, src, max_extra_len=3)
+
+
+# -- translate and bad input ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def copy_tokenizer() -> WordTokenizer:
+    words = ["apple", "bear", "cat", "dog", "egg", "fox"]  # ids 4..9, the copy model's vocabulary
+    assert len(words) == COPY_VOCAB - 4
+    return WordTokenizer("en", list(SPECIAL_TOKENS) + words)
+
+
+def test_translate_keeps_order_across_batches(copy_tokenizer):
+    sentences = ["apple bear", "fox", "cat dog egg fox apple", "egg egg", "bear cat dog", "dog"]
+    for beam_size in (1, 4):
+        for batch_size in (1, 4, 64):
+            out = translate(copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size,
+                            batch_size=batch_size)
+            assert out == sentences
+    assert translate(copy_model(), [], copy_tokenizer, copy_tokenizer) == []
+
+
+def test_translate_handles_empty_and_overlong_input(copy_tokenizer):
+    assert len(translate(copy_model(), [""], copy_tokenizer, copy_tokenizer)) == 1
+    with pytest.warns(UserWarning, match="truncated 1 source"):
+        out = translate(copy_model(), ["apple " * 40], copy_tokenizer, copy_tokenizer, beam_size=1)
+    assert len(out) == 1
+
+
+def test_bad_arguments_are_named():
+    model = random_model()
+    src = _sources(2, seed=0, vocab=model.config.src_vocab_size)
+    with pytest.raises(TypeError, match="model must be a companion Transformer"):
+        greedy_decode(torch.nn.Linear(2, 2), src)
+    with pytest.raises(TypeError, match="src must hold integer token ids"):
+        greedy_decode(model, src.float())
+    with pytest.raises(ValueError, match="src holds token id"):
+        beam_search(model, src + 100)
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, src, beam_size=0)
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search(model, src, alpha=-1.0)
+    with pytest.raises(ValueError, match="max_extra_len"):
+        greedy_decode(model, src, max_extra_len=-1)
+    with pytest.raises(TypeError, match="single string"):
+        translate(model, "one sentence", None, None)  # type: ignore[arg-type]
+
+
+def test_decoding_leaves_the_model_mode_alone():
+    model = random_model()
+    model.train()
+    try:
+        src = _sources(3, seed=5, vocab=model.config.src_vocab_size)
+        assert greedy_decode(model, src) == greedy_decode(model, src)  # dropout was off while decoding
+        assert model.training
+    finally:
+        model.eval()
