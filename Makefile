@@ -5,12 +5,14 @@
 # Variables:
 #   PYTHON      interpreter that creates the virtual environment (default: python3, needs >= 3.10)
 #   TORCH_SPEC  how torch is installed first (default "torch>=2.3"; CI uses the local CPU wheel "torch==2.13.0")
+#   TORCH_INDEX optional package index for torch, e.g. https://download.pytorch.org/whl/cpu for a CPU-only build
 #   COMPANION_DATA_DIR  folder with the Multi30k files; defaults to ../shared/data/multi30k when that exists,
 #               otherwise chapters and tests load Multi30k from the Hugging Face hub (or skip when offline).
 
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch>=2.3
+TORCH_INDEX ?=
 BIN := $(VENV)/bin
 COMPANION_DATA_DIR ?= $(abspath $(wildcard ../shared/data/multi30k))
 export COMPANION_DATA_DIR
@@ -23,13 +25,13 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 BOOK_BUILD := $(BIN)/jupyter-book build -W -n --keep-going .
 
-.PHONY: install book execute site test unit-and-notebooks clean
+.PHONY: install book execute site test unit-and-notebooks website-tests chromium clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
@@ -42,12 +44,27 @@ book: install execute site
 execute: install
 	$(BIN)/python tools/execute_chapters.py
 
-## make test: every test. Chapters are executed once, by nbval; the website then shows those verified outputs.
-test: install unit-and-notebooks site
+## make test: every test. Chapters are executed once, by nbval; the website then shows those verified outputs,
+## and a headless browser opens every page of it.
+test: install unit-and-notebooks site website-tests
 
 unit-and-notebooks: install
-	$(BIN)/python -m pytest tests book/[0-9][0-9]_*.ipynb --nbval --nbval-current-env \
+	$(BIN)/python -m pytest tests book/[0-9][0-9]_*.ipynb --ignore=tests/website --nbval --nbval-current-env \
 		--nbval-sanitize-with book/nbval_sanitize.cfg -p no:cacheprovider
+
+website-tests: install chromium
+	$(BIN)/python -m pytest tests/website -p no:cacheprovider
+
+# The browser tests drive Debian's Chromium (or the browser named by CHROMIUM) through Playwright.
+chromium:
+	@if [ -z "$$CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "make test needs Chromium for the browser tests: install it (e.g. sudo apt-get install chromium)"; \
+			echo "or point CHROMIUM at a Chromium/Chrome binary"; exit 1; \
+		fi; \
+	fi
 
 site: install
 	rm -rf _build

@@ -186,7 +186,7 @@ def test_beam_search_finds_what_greedy_misses():
     hypotheses, scores = beam_search(model, src, beam_size=2, alpha=0.6, max_extra_len=3, return_scores=True)
     assert hypotheses == [[B], [B]]
     assert scores == pytest.approx([math.log(0.4 * 0.9) / length_penalty(2, 0.6)] * 2, abs=1e-6)
-    # Length penalty: with alpha = 0 "B <eos>" (0.36) still wins; a huge alpha favours longer output.
+    # Without length penalty "B <eos>" (probability 0.36) wins as well.
     assert beam_search(model, src, beam_size=2, alpha=0.0, max_extra_len=3) == [[B], [B]]
     assert beam_search(model, src, beam_size=1, max_extra_len=3) == greedy_decode(model, src, max_extra_len=3)
 

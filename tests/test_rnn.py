@@ -22,6 +22,15 @@ VOCAB = 11
 MODELS = [EncoderDecoder, AttentionEncoderDecoder]
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These models run thousands of tiny ops: one thread avoids oversubscription on a shared CPU (>10x faster)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _model(cls, **kwargs):
     return cls(VOCAB, VOCAB, embed_dim=8, hidden_dim=12, **kwargs).eval()
 
@@ -178,11 +187,13 @@ def test_attention_model_learns_short_reversal_quickly():
     assert sum(losses[-10:]) / 10 < 0.5 * sum(losses[:10]) / 10
     accuracy = accuracy_by_length(model, "reverse", [3, 6], examples_per_length=64)
     assert min(accuracy.values()) > 0.9, accuracy
-    # The learned alignment is anti-diagonal: output step i looks mostly at source position n - 1 - i.
+    # The learned alignment is anti-diagonal: output step i looks mostly at source position n - 1 - i, or at
+    # a neighbour (a bidirectional encoder state also carries its neighbours' tokens).
     src = synthetic_batch("reverse", [6] * 16, 8, torch.Generator().manual_seed(5)).src
     _, weights = model.greedy_decode(src, max_len=7)
-    agreement = (weights[:, :6].argmax(-1) == torch.arange(5, -1, -1)).float().mean()
-    assert agreement > 0.8, float(agreement)
+    offset = (weights[:, :6].argmax(-1) - torch.arange(5, -1, -1)).abs()
+    assert (offset <= 1).float().mean() > 0.9, offset
+    assert weights[:, 0].argmax(-1).eq(5).all(), "the first output is the last source token"
 
 
 def test_training_is_reproducible_and_lowers_the_loss_of_the_bottleneck_model():

@@ -1,0 +1,108 @@
+"""Tests for companion.evaluate: sacreBLEU BLEU and chrF, perplexity, and the translation evaluation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sacrebleu
+import torch
+
+from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
+from companion import Transformer, TransformerConfig
+from companion.data import SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
+from companion.evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
+
+HYPOTHESES = ["The cat sat on the mat.", "A dog is running in the park!", "Two people talk."]
+REFERENCES = ["The cat is sitting on the mat.", "A dog runs in a park!", "Two people are talking."]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_bleu_of_identical_text_is_100_with_a_signature():
+    score, signature = corpus_bleu(REFERENCES, REFERENCES)
+    assert score == pytest.approx(100.0)
+    assert "tok:13a" in signature and "nrefs:1" in signature and f"version:{sacrebleu.__version__}" in signature
+
+
+def test_bleu_matches_sacrebleu_and_a_hand_computation():
+    score, _ = corpus_bleu(HYPOTHESES, REFERENCES)
+    assert score == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score)
+    assert 0 < score < 100
+    # n-gram precisions 5/6, 4/5, 3/4, 2/3 and no brevity penalty: BLEU = (1/3) ** (1/4).
+    hand, _ = corpus_bleu(["a b c d e f"], ["a b c d e g"])
+    assert hand == pytest.approx(100 * (1 / 3) ** 0.25)
+
+
+def test_chrf_matches_sacrebleu():
+    score, signature = corpus_chrf(HYPOTHESES, REFERENCES)
+    assert score == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score)
+    assert corpus_chrf(REFERENCES, REFERENCES)[0] == pytest.approx(100.0)
+    assert "nc:6" in signature
+
+
+def test_metrics_reject_bad_input():
+    with pytest.raises(ValueError, match="same length, got 3 and 2"):
+        corpus_bleu(HYPOTHESES, REFERENCES[:2])
+    with pytest.raises(TypeError, match="references must be a list of strings"):
+        corpus_chrf(HYPOTHESES, "The cat.")
+    with pytest.raises(TypeError, match=r"hypotheses\[1\] must be a str"):
+        corpus_bleu(["a", 3, "c"], REFERENCES)
+    with pytest.raises(ValueError, match="must not be empty"):
+        corpus_bleu([], [])
+
+
+def _uniform_model(vocab: int) -> Transformer:
+    """Every next-token distribution is uniform: the output projection is all zeros."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=16, num_heads=2,
+                                          num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=32))
+    with torch.no_grad():
+        model.generator.weight.zero_()
+        model.generator.bias.zero_()
+    return model
+
+
+def test_perplexity_of_a_uniform_model_is_the_vocabulary_size():
+    batches = make_batches(synthetic_pairs("reverse", 40, vocab_size=23, seed=0), 60, seed=0)
+    assert perplexity(_uniform_model(23), batches) == pytest.approx(23.0, rel=1e-5)
+
+
+def test_perplexity_ignores_padding():
+    model = copy_model()
+    pairs = synthetic_pairs("reverse", 30, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=5)
+    padded = make_batches(pairs, 10**6)  # one batch, lots of padding
+    one_by_one = make_batches(pairs, 1)  # one pair per batch, no padding at all
+    assert len(padded) == 1 and len(one_by_one) == 30
+    value = perplexity(model, padded)
+    assert value == pytest.approx(perplexity(model, one_by_one), rel=1e-4)
+    # The copy model has not learnt to reverse: its perplexity is far above 1 (and finite).
+    assert 1.5 < value < math.inf
+
+
+def test_perplexity_bad_input():
+    with pytest.raises(TypeError, match="batches must hold companion Batch"):
+        perplexity(copy_model(), [("src", "tgt")])
+    with pytest.raises(TypeError, match="model"):
+        perplexity(None, [])  # type: ignore[arg-type]
+
+
+def test_evaluate_translation_on_the_copy_task():
+    words = ["apple", "bear", "cat", "dog", "egg", "fox"]
+    tokenizer = WordTokenizer("en", list(SPECIAL_TOKENS) + words)
+    pairs = [(" ".join(words[i - 4] for i in src), " ".join(words[i - 4] for i in tgt))
+             for src, tgt in synthetic_pairs("copy", 40, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=7)]
+    result = evaluate_translation(copy_model(), pairs, tokenizer, tokenizer, beam_size=4, batch_size=16)
+    assert set(result) == {"bleu", "bleu_signature", "chrf", "chrf_signature", "hypotheses"}
+    assert result["hypotheses"] == [source for source, _ in pairs]
+    assert result["bleu"] == pytest.approx(100.0) and result["chrf"] == pytest.approx(100.0)
+    # Against wrong references the scores drop.
+    shuffled = [(source, pairs[(i + 1) % len(pairs)][1]) for i, (source, _) in enumerate(pairs)]
+    worse = evaluate_translation(copy_model(), shuffled, tokenizer, tokenizer, beam_size=1)
+    assert worse["bleu"] < 50 and worse["chrf"] < result["chrf"]
