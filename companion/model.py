@@ -194,18 +194,14 @@ class KVCache:
     """Keys and values of earlier decoder positions, for incremental (token-by-token) decoding.
 
     ``self_kv[i]`` holds layer i's self-attention keys and values ``[batch, heads, t, d_head]`` for the t
-    positions decoded so far; ``cross_kv[i]`` holds the projected encoder memory, computed once.
+    positions decoded so far; ``cross_kv[i]`` holds the projected encoder memory, computed once. ``length`` counts
+    the target positions already decoded (it also gives the position of the next token).
     """
 
     def __init__(self, num_layers: int) -> None:
         self.self_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
         self.cross_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        """Number of target positions already in the cache."""
-        first = self.self_kv[0] if self.self_kv else None
-        return 0 if first is None else first[0].shape[-2]
+        self.length = 0
 
     def reorder(self, index: torch.Tensor, include_cross: bool = True) -> None:
         """Select batch rows ``index`` (beam search re-ranking or dropping finished sentences)."""
@@ -368,10 +364,7 @@ class Transformer(nn.Module):
         With ``need_weights`` a third element lists each encoder layer's weights ``[batch, heads, n, n]``.
         """
         check_token_ids("src", src, self.config.src_vocab_size)
-        src_mask = padding_mask(src, self.config.pad_id)
-        x = self.src_pos(self.src_embed(src) * math.sqrt(self.config.d_model))
-        memory, maps = self.encoder(x, src_mask, need_weights)
-        return (memory, src_mask, maps) if need_weights else (memory, src_mask)
+        return self._encode(src, need_weights)
 
     def decode(
         self,
@@ -394,11 +387,7 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"memory and tgt must have the same batch size, got {memory.shape[0]} and {tgt.shape[0]}"
             )
-        start = 0 if cache is None else cache.length
-        y = self.tgt_pos(self.tgt_embed(tgt) * math.sqrt(self.config.d_model), start)
-        y, maps = self.decoder(y, memory, src_mask, cache, need_weights)
-        logits = self.generator(y)
-        return (logits, maps) if need_weights else logits
+        return self._decode(tgt, memory, src_mask, cache, need_weights)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``[batch, tgt_len, tgt_vocab]`` for ``src [batch, n]``, ``tgt [batch, t]``."""
@@ -406,8 +395,23 @@ class Transformer(nn.Module):
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size)
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"src and tgt must have the same batch size, got {src.shape[0]} and {tgt.shape[0]}")
-        memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+        memory, src_mask = self._encode(src)
+        return self._decode(tgt, memory, src_mask)
+
+    def _encode(self, src: torch.Tensor, need_weights: bool = False):
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.src_pos(self.src_embed(src) * math.sqrt(self.config.d_model))
+        memory, maps = self.encoder(x, src_mask, need_weights)
+        return (memory, src_mask, maps) if need_weights else (memory, src_mask)
+
+    def _decode(self, tgt, memory, src_mask=None, cache: KVCache | None = None, need_weights: bool = False):
+        start = 0 if cache is None else cache.length
+        y = self.tgt_pos(self.tgt_embed(tgt) * math.sqrt(self.config.d_model), start)
+        y, maps = self.decoder(y, memory, src_mask, cache, need_weights)
+        if cache is not None:
+            cache.length += tgt.shape[1]
+        logits = self.generator(y)
+        return (logits, maps) if need_weights else logits
 
     # -- conveniences --------------------------------------------------------------------------------
     def new_cache(self) -> KVCache:

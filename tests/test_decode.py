@@ -146,10 +146,6 @@ class _HistoryCache(KVCache):
         super().__init__(0)
         self.history: torch.Tensor | None = None
 
-    @property
-    def length(self) -> int:
-        return 0 if self.history is None else self.history.shape[1]
-
     def reorder(self, index: torch.Tensor, include_cross: bool = True) -> None:
         self.history = self.history.index_select(0, index)
 
@@ -171,6 +167,7 @@ class _ScriptedModel(Transformer):
 
     def decode(self, tgt, memory, src_mask=None, cache=None, need_weights=False):
         cache.history = tgt if cache.history is None else torch.cat([cache.history, tgt], dim=1)
+        cache.length = cache.history.shape[1]
         probs = torch.full((tgt.shape[0], 6), 1e-9)
         for row, history in enumerate(cache.history.tolist()):
             table = {(): (0.5, 0.4, 0.1), (A,): (0.4, 0.3, 0.3), (B,): (0.05, 0.05, 0.9)}
