@@ -16,6 +16,29 @@ from .model import (
     TransformerConfig,
 )
 from .positional import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
+from .data import (
+    BOS,
+    BOS_ID,
+    EOS,
+    EOS_ID,
+    PAD,
+    PAD_ID,
+    UNK,
+    UNK_ID,
+    Batch,
+    DataUnavailableError,
+    SubwordTokenizer,
+    Tokenizer,
+    WordTokenizer,
+    encode_pairs,
+    load_multi30k,
+    make_batches,
+    synthetic_pairs,
+    tokenizer_from_dict,
+)
+from .decode import beam_search, greedy_decode, length_penalty, score_hypotheses, translate
+from .evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
+from .train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
 
 __version__ = "0.1.0"
 
@@ -36,5 +59,14 @@ __all__ = [
     "Decoder",
     "KVCache",
     "Transformer",
+    # data (chapter 6)
+    "PAD", "UNK", "BOS", "EOS", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID",
+    "Tokenizer", "WordTokenizer", "SubwordTokenizer", "tokenizer_from_dict", "DataUnavailableError",
+    "load_multi30k", "encode_pairs", "Batch", "make_batches", "synthetic_pairs",
+    # decoding and evaluation
+    "greedy_decode", "beam_search", "translate", "length_penalty", "score_hypotheses",
+    "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
+    # training
+    "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",
     "__version__",
 ]

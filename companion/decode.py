@@ -124,8 +124,9 @@ class _Hypotheses:
     def full(self) -> bool:
         return len(self.items) >= self.beam_size
 
-    def add(self, score: float, tokens: list[int]) -> None:
-        if not self.full:
+    def add(self, score: float, tokens: list[int], force: bool = False) -> None:
+        """Keep a hypothesis while fewer than ``beam_size`` are finished (always with ``force``)."""
+        if force or not self.full:
             self.items.append((score, tokens))
 
     def best(self) -> tuple[float, list[int]]:
@@ -237,7 +238,7 @@ def _stop_or_keep(finished, running, scores, tokens, limits, k, step, alpha) -> 
             penalty = length_penalty(step, alpha)
             for beam in range(k):
                 if torch.isfinite(scores[i, beam]):
-                    hypotheses.items.append((float(scores[i, beam]) / penalty, tokens[i * k + beam, 1:].tolist()))
+                    hypotheses.add(float(scores[i, beam]) / penalty, tokens[i * k + beam, 1:].tolist(), force=True)
             continue
         keep.append(i)
     return keep
