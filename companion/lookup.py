@@ -174,28 +174,39 @@ def train_lookup(
     task: LookupTask,
     steps: int,
     batch_size: int = 64,
-    lr: float = 3e-3,
+    lr: float = 1e-2,
     seed: int = 0,
+    optimizer: str = "adam",
 ) -> list[float]:
-    """Train ``model`` with Adam on fresh batches of ``task``; returns the training loss of every step.
+    """Train ``model`` on fresh batches of ``task``; returns the training loss of every step.
 
     The loss is the mean squared error between the attention output and the target's value. Batches are
     drawn from a generator seeded with ``seed``, so a run is reproducible given the model's initial weights.
+
+    Args:
+        optimizer: ``"adam"`` (:class:`torch.optim.Adam`) or ``"sgd"`` (:class:`torch.optim.SGD` with momentum
+            0.9). Adam divides every gradient coordinate by a running estimate of its own magnitude, which
+            hides a uniformly small gradient; SGD does not.
     """
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     _check_model_fits_task(model, task)
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    if optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     model.train()
     losses = []
     for _ in range(steps):
         loss, _ = _lookup_loss(model, task.sample(batch_size, generator))
-        optimizer.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         loss.backward()
-        optimizer.step()
+        opt.step()
         losses.append(loss.item())
     return losses
 
