@@ -24,13 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_positive_int, check_tensor, check_token_ids
+from ._validation import check_positive_int, check_token_ids
 from .attention import causal_mask
+from .data import PAD_ID, SPECIAL_TOKENS, Tokenizer
 from .model import Encoder, TransformerConfig
 from .positional import LearnedPositionalEncoding, PositionalEncoding
 
 __all__ = [
     "CharTokenizer",
+    "encode_sequences",
     "LanguageModelConfig",
     "DecoderOnlyLM",
     "teacher_forced_loss",
@@ -39,13 +41,13 @@ __all__ = [
 ]
 
 
-class CharTokenizer:
-    """Character-level tokenizer with four special tokens: ``<pad>`` (id 0), ``<bos>``, ``<eos>``, ``<unk>``.
+class CharTokenizer(Tokenizer):
+    """Character-level tokenizer with the special ids of :mod:`companion.data` (``<pad>=0, <unk>=1, <bos>=2,
+    <eos>=3``) followed by one id per character of the alphabet. Unseen characters map to ``<unk>``.
 
-    Build it from a corpus with :meth:`from_texts`; characters never seen there map to ``<unk>``.
+    Build it from a corpus with :meth:`build`. Like every :class:`companion.data.Tokenizer`, ``encode`` adds no
+    ``<bos>``/``<eos>`` (:func:`encode_sequences` does) and ``decode`` stops at the first ``<eos>``.
     """
-
-    SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
     def __init__(self, characters: Iterable[str]) -> None:
         chars = list(characters)
@@ -54,17 +56,18 @@ class CharTokenizer:
                 raise ValueError(f"characters must be single-character strings, got {c!r}")
         if len(set(chars)) != len(chars):
             raise ValueError("characters must not repeat")
-        self.itos: list[str] = list(self.SPECIALS) + chars
-        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars, start=len(self.SPECIALS))}
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = range(len(self.SPECIALS))
+        self.itos: list[str] = list(SPECIAL_TOKENS) + chars
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars, start=len(SPECIAL_TOKENS))}
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> "CharTokenizer":
+    def build(cls, texts: Iterable[str]) -> "CharTokenizer":
         """The tokenizer whose alphabet is every character of ``texts``, in sorted order."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be an iterable of strings, got a single string")
         alphabet: set[str] = set()
-        for text in texts:
+        for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(f"texts must hold strings, got {type(text).__name__}")
+                raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__}")
             alphabet.update(text)
         return cls(sorted(alphabet))
 
@@ -73,40 +76,41 @@ class CharTokenizer:
         """Number of ids, specials included."""
         return len(self.itos)
 
-    def encode(self, text: str, add_bos: bool = True, add_eos: bool = True) -> list[int]:
-        """Token ids of ``text``, optionally wrapped in ``<bos>`` ... ``<eos>``."""
+    def encode(self, text: str) -> list[int]:
+        """Token ids of the characters of ``text`` (no ``<bos>``/``<eos>``)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        ids = [self.stoi.get(c, self.unk_id) for c in text]
-        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
+        return [self.stoi.get(c, self.unk_id) for c in text]
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
-        """Text of ``ids``: stops at the first ``<eos>``, drops ``<pad>``/``<bos>``, shows ``<unk>`` as ``?``."""
-        if isinstance(ids, torch.Tensor):
-            ids = check_tensor("ids", ids, dims=1).tolist()
-        out = []
-        for i in ids:
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"ids holds {i}, outside the vocabulary [0, {self.vocab_size})")
-            if i == self.eos_id:
-                break
-            if i in (self.pad_id, self.bos_id):
-                continue
-            out.append("?" if i == self.unk_id else self.itos[i])
-        return "".join(out)
+        """Text of ``ids``: stops at the first ``<eos>``, skips ``<pad>``/``<bos>``, writes ``<unk>`` as is."""
+        return "".join(self.itos[i] for i in self._content_ids(ids))
 
-    def encode_batch(self, texts: Sequence[str], max_len: int) -> torch.Tensor:
-        """``[len(texts), max_len]`` long tensor: each text as ``<bos> chars <eos>``, cut to ``max_len`` ids and
-        right-padded with ``<pad>`` (a text longer than ``max_len - 2`` characters loses its tail and its
-        ``<eos>``)."""
-        check_positive_int("max_len", max_len)
-        if len(texts) == 0:
-            raise ValueError("texts must hold at least one string")
-        batch = torch.full((len(texts), max_len), self.pad_id, dtype=torch.long)
-        for row, text in enumerate(texts):
-            ids = self.encode(text)[:max_len]
-            batch[row, : len(ids)] = torch.tensor(ids)
-        return batch
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable description; :meth:`from_dict` rebuilds the tokenizer."""
+        return {"type": "char", "characters": "".join(self.itos[len(SPECIAL_TOKENS):])}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "CharTokenizer":
+        """Inverse of :meth:`to_dict`."""
+        if not isinstance(values, dict) or values.get("type") != "char":
+            raise ValueError(f"values must be a dict from CharTokenizer.to_dict() with type 'char', got {values!r}")
+        return cls(values["characters"])
+
+
+def encode_sequences(tokenizer: Tokenizer, texts: Sequence[str], max_len: int) -> torch.Tensor:
+    """Language-model training rows ``[len(texts), max_len]``: ``<bos> ids <eos>``, right-padded with ``<pad>``.
+
+    A text with more than ``max_len - 2`` tokens is cut to its first ``max_len`` ids (losing its ``<eos>``).
+    """
+    check_positive_int("max_len", max_len)
+    if isinstance(texts, str) or len(texts) == 0:
+        raise ValueError("texts must be a non-empty sequence of strings")
+    rows = torch.full((len(texts), max_len), tokenizer.pad_id, dtype=torch.long)
+    for row, text in enumerate(texts):
+        ids = ([tokenizer.bos_id] + tokenizer.encode(text) + [tokenizer.eos_id])[:max_len]
+        rows[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return rows
 
 
 @dataclass
@@ -134,7 +138,7 @@ class LanguageModelConfig:
     dropout: float = 0.0
     max_len: int = 128
     causal: bool = True
-    pad_id: int = 0
+    pad_id: int = PAD_ID
     norm_first: bool = True
     positional: str = "sinusoidal"
     tie_output: bool = True
