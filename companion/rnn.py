@@ -11,24 +11,25 @@ Two small, batch-first GRU models for sequence-to-sequence tasks, built to be co
   softmax-weighted average ``c_i`` of the encoder states, and reads ``c_i`` instead of a single ``c``.
 
 Both share :class:`GRUEncoder` (optionally bidirectional, padding-aware), teacher-forced ``forward`` for
-training, step-by-step :meth:`greedy_decode` for inference, and the token conventions ``PAD_ID = 0``,
-``BOS_ID = 1``, ``EOS_ID = 2``; real symbols are ``3 .. vocab_size - 1``.
+training, step-by-step :meth:`greedy_decode` for inference, and the special token ids of
+:mod:`companion.data` (``<pad>=0, <unk>=1, <bos>=2, <eos>=3``); real symbols are ``4 .. vocab_size - 1``.
 
-:func:`synthetic_batch` makes copy and reversal tasks of controllable length, :func:`train_seq2seq` trains
+:func:`synthetic_batch` makes copy, reversal and sorting tasks of controllable length (with
+:func:`companion.data.synthetic_pairs` and :func:`companion.data.make_batches`), :func:`train_seq2seq` trains
 either model on them (seeded, CPU-friendly), and :func:`accuracy_by_length` measures greedy-decoding accuracy
 per source length.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_positive_int, check_tensor, check_token_ids
+from ._validation import check_positive_int, check_token_ids
+from .data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
 from .scoring import AdditiveScore, attend
 
 __all__ = [
@@ -39,16 +40,12 @@ __all__ = [
     "GRUEncoder",
     "EncoderDecoder",
     "AttentionEncoderDecoder",
-    "SyntheticBatch",
     "synthetic_batch",
-    "TASKS",
     "train_seq2seq",
     "accuracy_by_length",
 ]
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-FIRST_SYMBOL_ID = 3  # ids below this are special tokens
-TASKS = ("copy", "reverse")
+FIRST_SYMBOL_ID = len(SPECIAL_TOKENS)  # ids below this are <pad>, <unk>, <bos>, <eos>
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -176,7 +173,7 @@ class _Seq2Seq(nn.Module):
     def greedy_decode(self, src: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Decode ``src [batch, n]`` greedily, feeding back the most likely token, for at most ``max_len`` steps.
 
-        PAD and BOS are never targets, so only symbols and EOS compete for the argmax.
+        ``<pad>``, ``<unk>`` and ``<bos>`` are never targets, so only symbols and EOS compete for the argmax.
 
         Returns:
             ``tokens [batch, L]`` with ``L <= max_len`` (generation stops early once every row has emitted
@@ -190,7 +187,7 @@ class _Seq2Seq(nn.Module):
         tokens, weights = [], []
         for _ in range(max_len):
             logits, state, alpha = self.step(prev, state, memory)
-            logits[:, [PAD_ID, BOS_ID]] = float("-inf")  # never targets: only symbols and EOS may be emitted
+            logits[:, [PAD_ID, UNK_ID, BOS_ID]] = float("-inf")  # never targets of these tasks
             prev = logits.argmax(dim=-1).masked_fill(finished, PAD_ID)
             tokens.append(prev)
             if alpha is not None:
@@ -285,78 +282,67 @@ class AttentionEncoderDecoder(_Seq2Seq):
         # W_k h_j does not depend on the decoder step: compute it once per source (Bahdanau et al., appendix).
         return torch.tanh(self.init_state(summary)), (states, self.score.project_keys(states), src_mask)
 
-    def step(self, prev_tokens, state, memory):
+    def _recur(
+        self, embedded: torch.Tensor, state: torch.Tensor, memory: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Attend with ``s_{i-1}``, then update the state: ``(s_i [batch, hidden], c_i [batch, 2h], alpha_i [batch, n])``."""
         states, projected_keys, src_mask = memory
-        scores = self.score.score_projected(state[:, None, :], projected_keys)  # [batch, 1, n]
+        scores = self.score.score_projected(state[:, None, :], projected_keys)  # e_i: [batch, 1, n]
         context, weights = attend(scores, states, mask=src_mask[:, None, :])  # [batch, 1, 2h], [batch, 1, n]
-        context, weights = context[:, 0], weights[:, 0]
-        embedded = self.tgt_embedding(prev_tokens)
+        context = context[:, 0]
         new_state = self.decoder(torch.cat([embedded, context], dim=-1), state)
+        return new_state, context, weights[:, 0]
+
+    def step(self, prev_tokens, state, memory):
+        embedded = self.tgt_embedding(prev_tokens)
+        new_state, context, weights = self._recur(embedded, state, memory)
         return self.readout(torch.cat([new_state, context, embedded], dim=-1)), new_state, weights
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: ``(logits [batch, t, tgt_vocab], weights [batch, t, n])`` for ``src [batch, n]`` and
-        ``tgt_in [batch, t]`` (the target shifted right, starting with ``BOS_ID``)."""
+        ``tgt_in [batch, t]`` (the target shifted right, starting with ``BOS_ID``).
+
+        Only the recurrence is a Python loop; embeddings and the read-out are applied to all steps at once.
+        """
         state, memory = self.start(src)
-        tgt_in = self._check_tgt(src, tgt_in)
-        logits, weights = [], []
+        embedded = self.tgt_embedding(self._check_tgt(src, tgt_in))  # [batch, t, embed]
+        states, contexts, weights = [], [], []
         for i in range(tgt_in.shape[1]):
-            step_logits, state, alpha = self.step(tgt_in[:, i], state, memory)
-            logits.append(step_logits)
+            state, context, alpha = self._recur(embedded[:, i], state, memory)
+            states.append(state)
+            contexts.append(context)
             weights.append(alpha)
-        return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
+        features = torch.cat([torch.stack(states, dim=1), torch.stack(contexts, dim=1), embedded], dim=-1)
+        return self.readout(features), torch.stack(weights, dim=1)
 
 
 # --------------------------------------------------------------------------------------------------------
 # Synthetic tasks, training and evaluation
 # --------------------------------------------------------------------------------------------------------
-@dataclass
-class SyntheticBatch:
-    """A padded batch for a copy or reversal task.
-
-    ``src [batch, n]`` (right-padded with ``PAD_ID``), ``tgt_in [batch, n + 1]`` (``BOS_ID`` then the answer),
-    ``tgt_out [batch, n + 1]`` (the answer then ``EOS_ID``, padded with ``PAD_ID``), ``lengths [batch]``.
-    """
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-    lengths: torch.Tensor = field(repr=False)
-
-
 def synthetic_batch(
-    task: str, lengths: Sequence[int] | torch.Tensor, vocab_size: int, generator: torch.Generator | None = None
-) -> SyntheticBatch:
-    """Random sequences of symbols ``FIRST_SYMBOL_ID .. vocab_size - 1`` and their copy or reversal.
+    task: str, batch_size: int, min_len: int, max_len: int | None = None, vocab_size: int = 24, seed: int = 0
+) -> Batch:
+    """One padded batch of a synthetic task, from :func:`companion.data.synthetic_pairs`.
 
     Args:
-        task: ``"copy"`` (target = source) or ``"reverse"`` (target = source read backwards).
-        lengths: the length of each example (one per row), each >= 1.
-        vocab_size: total vocabulary including the three special ids; needs at least one real symbol.
-        generator: a seeded :class:`torch.Generator` for reproducible batches.
+        task: ``"copy"``, ``"reverse"`` or ``"sort"`` (the target is the source copied, reversed or sorted).
+        batch_size: number of examples.
+        min_len, max_len: source lengths are drawn uniformly from ``[min_len, max_len]`` (``max_len`` defaults
+            to ``min_len``: every example has that length).
+        vocab_size: total vocabulary; symbols are ``FIRST_SYMBOL_ID .. vocab_size - 1``.
+        seed: the same seed gives the same batch.
+
+    Returns:
+        a :class:`companion.data.Batch`, rows sorted by length: ``src [batch, n + 1]`` (symbols, ``<eos>``,
+        then padding), ``tgt_in [batch, n + 1]`` (``<bos>`` then the answer) and ``tgt_out [batch, n + 1]``
+        (the answer then ``<eos>``), where ``n`` is the longest source in the batch.
     """
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
-    if vocab_size <= FIRST_SYMBOL_ID:
-        raise ValueError(f"vocab_size must exceed {FIRST_SYMBOL_ID} (PAD, BOS, EOS + symbols), got {vocab_size}")
-    lengths = torch.as_tensor(lengths, dtype=torch.long).flatten()
-    if lengths.numel() == 0 or int(lengths.min()) < 1:
-        raise ValueError(f"lengths must be a non-empty list of lengths >= 1, got {lengths.tolist()}")
-    batch, n = lengths.numel(), int(lengths.max())
-    symbols = torch.randint(FIRST_SYMBOL_ID, vocab_size, (batch, n), generator=generator)
-    positions = torch.arange(n)[None, :]
-    real = positions < lengths[:, None]
-    src = symbols.masked_fill(~real, PAD_ID)
-    if task == "copy":
-        answer = src
-    else:  # reversal of each row's real part: position p reads source position length - 1 - p
-        index = (lengths[:, None] - 1 - positions).clamp(min=0)
-        answer = src.gather(1, index).masked_fill(~real, PAD_ID)
-    pad_column = torch.full((batch, 1), PAD_ID, dtype=torch.long)
-    tgt_in = torch.cat([torch.full((batch, 1), BOS_ID, dtype=torch.long), answer], dim=1)
-    tgt_out = torch.cat([answer, pad_column], dim=1)
-    tgt_out[torch.arange(batch), lengths] = EOS_ID
-    return SyntheticBatch(src, tgt_in, tgt_out, lengths)
+    if task not in SYNTHETIC_TASKS:
+        raise ValueError(f"task must be one of {list(SYNTHETIC_TASKS)}, got {task!r}")
+    max_len = min_len if max_len is None else max_len
+    pairs = synthetic_pairs(task, batch_size, min_len=min_len, max_len=max_len, vocab_size=vocab_size, seed=seed)
+    (batch,) = make_batches(pairs, max_tokens=batch_size * (max_len + 1), shuffle=False)
+    return batch
 
 
 def _logits(model: nn.Module, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -379,14 +365,14 @@ def train_seq2seq(
 ) -> list[float]:
     """Train ``model`` with Adam and teacher forcing on freshly sampled synthetic batches; returns the losses.
 
-    Each step draws a target length ``L`` uniformly from ``[min_len, max_len]`` and gives every example a length
-    in ``[max(min_len, L - spread), L]``, so batches mix lengths (exercising padding) without always paying for
-    the longest sequence. The loss is the mean cross-entropy over real target tokens (``PAD_ID`` ignored).
-    Seeds the model's dropout-free training fully: the same ``seed`` and initial weights give the same losses.
+    Each step draws a length ``L`` uniformly from ``[min_len, max_len]`` and a fresh :func:`synthetic_batch` with
+    lengths in ``[max(min_len, L - spread), L]``, so batches mix lengths (exercising padding) without always
+    paying for the longest sequence. The loss is the mean cross-entropy over real target tokens (``PAD_ID`` ignored).
+    Deterministic: the same ``seed`` and initial weights give the same losses (on one machine and thread count).
 
     Args:
         model: an :class:`EncoderDecoder` or :class:`AttentionEncoderDecoder`.
-        task: ``"copy"`` or ``"reverse"``.
+        task: ``"copy"``, ``"reverse"`` or ``"sort"``.
         steps, batch_size: number of optimizer steps and examples per step.
         min_len, max_len: range of source lengths.
         vocab_size: vocabulary of the task (default: the model's source vocabulary).
@@ -400,6 +386,10 @@ def train_seq2seq(
         check_positive_int(name, value)
     if max_len < min_len:
         raise ValueError(f"max_len must be >= min_len, got min_len={min_len} and max_len={max_len}")
+    if task not in SYNTHETIC_TASKS:
+        raise ValueError(f"task must be one of {list(SYNTHETIC_TASKS)}, got {task!r}")
+    if isinstance(spread, bool) or not isinstance(spread, int) or spread < 0:
+        raise ValueError(f"spread must be a non-negative integer, got {spread!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr}")
     vocab_size = vocab_size or model.encoder.vocab_size
@@ -414,9 +404,8 @@ def train_seq2seq(
     losses = []
     for _ in range(steps):
         top = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
-        low = max(min_len, top - spread)
-        lengths = torch.randint(low, top + 1, (batch_size,), generator=generator)
-        batch = synthetic_batch(task, lengths, vocab_size, generator)
+        batch_seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
+        batch = synthetic_batch(task, batch_size, max(min_len, top - spread), top, vocab_size, batch_seed)
         logits = _logits(model, batch.src, batch.tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID)
         optimizer.zero_grad(set_to_none=True)
@@ -441,18 +430,17 @@ def accuracy_by_length(
 
     For each length ``L``, decodes ``examples_per_length`` fresh examples with :meth:`greedy_decode`
     (``max_len = L + 1``) and returns the fraction of the ``L`` answer positions predicted exactly (a missing
-    or wrong token counts as an error; the final EOS is not counted).
+    or wrong token counts as an error; the final EOS is not counted). Example sets are seeded by ``seed + L``.
     """
     if not isinstance(model, _Seq2Seq):
         raise TypeError(f"model must be an EncoderDecoder or AttentionEncoderDecoder, got {type(model).__name__}")
     check_positive_int("examples_per_length", examples_per_length)
     vocab_size = vocab_size or model.encoder.vocab_size
-    generator = torch.Generator().manual_seed(seed)
     model.eval()
     result = {}
     for length in lengths:
         check_positive_int("length", int(length))
-        batch = synthetic_batch(task, [int(length)] * examples_per_length, vocab_size, generator)
+        batch = synthetic_batch(task, examples_per_length, int(length), vocab_size=vocab_size, seed=seed + int(length))
         predicted, _ = model.greedy_decode(batch.src, max_len=int(length) + 1)
         predicted = F.pad(predicted, (0, int(length) + 1 - predicted.shape[1]), value=PAD_ID)
         correct = predicted[:, : int(length)] == batch.tgt_out[:, : int(length)]
