@@ -39,6 +39,9 @@ from .data import (
 from .decode import beam_search, greedy_decode, length_penalty, score_hypotheses, translate
 from .evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
 from .train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
+from .scoring import AdditiveScore, DotScore, GeneralScore, attend
+from .rnn import AttentionEncoderDecoder, EncoderDecoder, GRUEncoder
+from .lm import CharTokenizer, DecoderOnlyLM, LanguageModelConfig
 
 __version__ = "0.1.0"
 
@@ -68,5 +71,9 @@ __all__ = [
     "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
     # training
     "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",
+    # chapter 1: scoring functions and recurrent encoder-decoders; chapter 3: a decoder-only language model
+    "AdditiveScore", "GeneralScore", "DotScore", "attend",
+    "GRUEncoder", "EncoderDecoder", "AttentionEncoderDecoder",
+    "CharTokenizer", "LanguageModelConfig", "DecoderOnlyLM",
     "__version__",
 ]
