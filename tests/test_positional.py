@@ -96,3 +96,25 @@ def test_learned_positional_encoding_adds_a_trainable_table():
     module(x).sum().backward()
     assert module.weight.grad is not None and module.weight.grad[:4].abs().sum() > 0
     assert (module.weight.grad[4:] == 0).all()
+
+
+def test_learned_table_starts_on_the_scale_of_the_sinusoidal_table():
+    """Both tables have root-mean-square 1/sqrt(2) at the start (the sinusoid's, since sin^2 + cos^2 = 1)."""
+    learned = LearnedPositionalEncoding(256, max_len=512).weight.detach()
+    sinusoid_rms = sinusoidal_encoding(512, 256).pow(2).mean().sqrt()
+    assert abs(float(sinusoid_rms) - 2**-0.5) < 1e-6
+    assert abs(float(learned.pow(2).mean().sqrt()) - 2**-0.5) < 0.01
+    assert abs(float(learned.mean())) < 0.01
+
+
+def test_learned_rows_of_unseen_positions_keep_their_values_under_adam():
+    """Positions that never occur get no gradient, so Adam leaves their rows exactly as initialised."""
+    module = LearnedPositionalEncoding(8, max_len=10, dropout=0.0)
+    start = module.weight.detach().clone()
+    optimizer = torch.optim.Adam(module.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        module(torch.randn(2, 4, 8)).pow(2).sum().backward()
+        optimizer.step()
+    assert not torch.equal(module.weight[:4], start[:4])
+    assert torch.equal(module.weight[4:], start[4:])
