@@ -151,7 +151,7 @@ class LanguageModelConfig:
         self.layer_config()  # validates every shared field with TransformerConfig's checks
 
     def layer_config(self) -> TransformerConfig:
-        """The :class:`TransformerConfig` that builds this model's layers (encoder-style, no decoder)."""
+        """The :class:`~companion.model.TransformerConfig` that builds this model's layers (encoder-style, no decoder)."""
         return TransformerConfig(
             src_vocab_size=self.vocab_size,
             tgt_vocab_size=self.vocab_size,
@@ -181,7 +181,7 @@ class LanguageModelConfig:
 
 
 class DecoderOnlyLM(nn.Module):
-    """Token embeddings + positions -> :class:`companion.Encoder` stack under a self-attention mask -> logits.
+    """Token embeddings + positions -> :class:`~companion.model.Encoder` stack under a self-attention mask -> logits.
 
     The attention mask of every layer is the causal mask (when ``config.causal``) combined with a key-padding
     mask that hides ``config.pad_id`` tokens: position i may attend to j when j <= i (causal only) and token j

@@ -39,14 +39,9 @@ SCORER_KINDS = ("additive", "additive_no_bias", "general", "dot", "scaled_dot")
 
 
 class LookupBatch(NamedTuple):
-    """One batch of lookup problems.
-
-    Attributes:
-        query: ``[batch, 1, key_dim]``, one query per example.
-        keys: ``[batch, num_pairs, key_dim]``.
-        values: ``[batch, num_pairs, value_dim]``.
-        target: ``[batch]`` (long), the index of the key the query was made from.
-    """
+    """One batch of lookup problems: ``query [batch, 1, key_dim]`` (one query per example),
+    ``keys [batch, num_pairs, key_dim]``, ``values [batch, num_pairs, value_dim]`` and ``target [batch]`` (long,
+    the index of the key the query was made from)."""
 
     query: torch.Tensor
     keys: torch.Tensor
@@ -143,7 +138,7 @@ def make_lookup_model(kind: str, key_dim: int, hidden_dim: int | None = None) ->
 
     Args:
         kind: ``"additive"`` (Bahdanau's ``v^T tanh(W_q q + W_k k + b)``, the bias ``b`` added with
-            :class:`AppendOne`), ``"additive_no_bias"`` (the same without ``b``, exactly as in the paper's
+            ``AppendOne``), ``"additive_no_bias"`` (the same without ``b``, exactly as in the paper's
             appendix; an odd function of ``(q, k)``), ``"general"`` (Luong, ``q^T W k``), ``"dot"`` (Luong, unscaled) or
             ``"scaled_dot"`` (Vaswani et al.). The two dot kinds get a learned ``nn.Linear(key_dim, key_dim,
             bias=False)`` query projection, so that they can learn to undo the task's rotation.

@@ -11,7 +11,7 @@ Two small, batch-first GRU models for sequence-to-sequence tasks, built to be co
   softmax-weighted average ``c_i`` of the encoder states, and reads ``c_i`` instead of a single ``c``.
 
 Both share :class:`GRUEncoder` (optionally bidirectional, padding-aware), teacher-forced ``forward`` for
-training, step-by-step :meth:`greedy_decode` for inference, and the special token ids of
+training, step-by-step ``greedy_decode`` for inference, and the special token ids of
 :mod:`companion.data` (``<pad>=0, <unk>=1, <bos>=2, <eos>=3``); real symbols are ``4 .. vocab_size - 1``.
 
 :func:`synthetic_batch` makes copy, reversal and sorting tasks of controllable length (with
@@ -428,7 +428,7 @@ def accuracy_by_length(
 ) -> dict[int, float]:
     """Greedy-decoding token accuracy for each source length.
 
-    For each length ``L``, decodes ``examples_per_length`` fresh examples with :meth:`greedy_decode`
+    For each length ``L``, decodes ``examples_per_length`` fresh examples with ``greedy_decode``
     (``max_len = L + 1``) and returns the fraction of the ``L`` answer positions predicted exactly (a missing
     or wrong token counts as an error; the final EOS is not counted). Example sets are seeded by ``seed + L``.
     """
