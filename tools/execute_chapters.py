@@ -2,6 +2,7 @@
 
     python tools/execute_chapters.py                 # every chapter in book/
     python tools/execute_chapters.py book/02_*.md    # some chapters
+    python tools/execute_chapters.py --prose-only book/02_*.md   # markdown edits only: no execution
 
 The .md is the source of truth: its inputs replace the notebook's (`jupytext --update` semantics), then the
 notebook runs top to bottom in the chapter's folder with the current environment's kernel, and is written back
@@ -57,15 +58,34 @@ def execute(md_path: pathlib.Path, timeout: int) -> float:
     return elapsed
 
 
+def update_prose(md_path: pathlib.Path) -> None:
+    """Copy markdown-cell edits from the .md into the .ipynb without executing (code must be unchanged)."""
+    ipynb = md_path.with_suffix(".ipynb")
+    if not ipynb.exists():
+        raise SystemExit(f"{ipynb} does not exist: execute the chapter first")
+    old = nbformat.read(ipynb, as_version=4)
+    new = refresh_inputs(md_path)
+    code = lambda nb: [c.source for c in nb.cells if c.cell_type == "code"]  # noqa: E731
+    if code(old) != code(new):
+        raise SystemExit(f"{md_path.name}: code cells changed, so outputs would be stale: execute the chapter")
+    nbformat.write(new, ipynb)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapters", nargs="*", type=pathlib.Path, help="chapter .md files (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell (default 900)")
+    parser.add_argument("--prose-only", action="store_true",
+                        help="only copy markdown edits into the .ipynb (refuses if code cells changed)")
     args = parser.parse_args()
     chapters = args.chapters or sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
     for md_path in chapters:
         if md_path.suffix != ".md" or not md_path.exists():
             parser.error(f"chapters must be existing .md files, got {md_path}")
+        if args.prose_only:
+            update_prose(md_path.resolve())
+            print(f"updated the prose of {md_path.with_suffix('.ipynb')}")
+            continue
         print(f"executing {md_path} ...", flush=True)
         print(f"  done in {execute(md_path.resolve(), args.timeout):.0f} s", flush=True)
     return 0
