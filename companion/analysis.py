@@ -48,9 +48,9 @@ HeadId = tuple[str, int]
 
 
 def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
-    """Every :class:`MultiHeadAttention` inside ``model``, by qualified name, in ``named_modules`` order.
+    """Every :class:`~companion.attention.MultiHeadAttention` inside ``model``, by qualified name, in ``named_modules`` order.
 
-    A bare :class:`MultiHeadAttention` passed as ``model`` is returned under the name ``""``.
+    A bare :class:`~companion.attention.MultiHeadAttention` passed as ``model`` is returned under the name ``""``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

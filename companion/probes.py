@@ -115,8 +115,8 @@ class SequenceClassifier(nn.Module):
     """Token embeddings + learned positions -> a stack of companion encoder layers -> a linear readout of the
     last position.
 
-    The layers are :class:`companion.EncoderLayer` (pre-LN, no dropout), so the attention is the companion's
-    :class:`MultiHeadAttention`; the number of parameters does not depend on ``num_heads``.
+    The layers are :class:`~companion.model.EncoderLayer` (pre-LN, no dropout), so the attention is the companion's
+    :class:`~companion.attention.MultiHeadAttention`; the number of parameters does not depend on ``num_heads``.
 
     Args:
         vocab_size: number of token ids; num_classes: number of labels.
@@ -188,7 +188,7 @@ def mixing_error_bound(num_heads: int, num_lookups: int) -> float:
 
 
 class PositionalMixer(nn.Module):
-    """One :class:`MultiHeadAttention` whose queries and keys are learned position vectors and whose values are
+    """One :class:`~companion.attention.MultiHeadAttention` whose queries and keys are learned position vectors and whose values are
     the input: ``MHA(query=P, key=P, value=x)``.
 
     Because the attention weights depend only on the learned table ``P [seq_len, d_model]``, each head applies
