@@ -374,7 +374,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Any]:
     All checkpoints must share the model configuration and vocabularies. Floating-point tensors are averaged
     (accumulated in float64); integer buffers are taken from the last checkpoint. Returns a checkpoint dict
     (metadata of the last one, no trainer state, ``averaged_from`` listing the files) that
-    :func:`write_checkpoint` can save and :func:`model_from_checkpoint` can load.
+    ``write_checkpoint`` can save and :func:`model_from_checkpoint` can load.
     """
     if isinstance(paths, (str, os.PathLike)) or not isinstance(paths, Sequence) or not paths:
         raise ValueError(f"paths must be a non-empty list of checkpoint files, got {paths!r}")
