@@ -34,6 +34,8 @@ def hardware() -> dict[str, Any]:
         "torch": torch.__version__,
         "platform": platform.platform(),
     }
+    if hasattr(os, "getloadavg"):
+        info["load_average_1_5_15_min"] = [round(x, 2) for x in os.getloadavg()]
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
