@@ -27,33 +27,33 @@ __all__ = ["main", "PRESETS", "build_parser", "run_train", "resolve_checkpoint",
 # Model sizes and the training settings that go with them. Flags override every entry.
 PRESETS: dict[str, dict[str, Any]] = {
     # a few seconds on a laptop CPU: tests and quick starts
-    "tiny": dict(d_model=64, num_heads=4, layers=2, d_ff=256, dropout=0.1, max_tokens=2000, warmup=200,
-                 lr_factor=1.0),
+    "tiny": dict(d_model=64, num_heads=4, layers=2, d_ff=256, dropout=0.1, norm_first=False, max_tokens=2000,
+                 warmup=200, lr_factor=1.0),
     # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py)
-    "small": dict(d_model=256, num_heads=4, layers=3, d_ff=1024, dropout=0.1, max_tokens=6000, warmup=800,
-                  lr_factor=1.0),
+    "small": dict(d_model=256, num_heads=8, layers=3, d_ff=512, dropout=0.1, norm_first=True, max_tokens=2000,
+                  warmup=200, lr_factor=1.5),
     # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
-    "base": dict(d_model=512, num_heads=8, layers=6, d_ff=2048, dropout=0.1, max_tokens=25000, warmup=4000,
-                 lr_factor=1.0),
+    "base": dict(d_model=512, num_heads=8, layers=6, d_ff=2048, dropout=0.1, norm_first=False, max_tokens=25000,
+                 warmup=4000, lr_factor=1.0),
     # the paper's big model: 213M parameters
-    "big": dict(d_model=1024, num_heads=16, layers=6, d_ff=4096, dropout=0.3, max_tokens=25000, warmup=4000,
-                lr_factor=1.0),
+    "big": dict(d_model=1024, num_heads=16, layers=6, d_ff=4096, dropout=0.3, norm_first=False, max_tokens=25000,
+                warmup=4000, lr_factor=1.0),
 }
 
 # Defaults of the train flags that presets do not set.
 TRAIN_DEFAULTS: dict[str, Any] = dict(
     task="multi30k", src="en", tgt="de", data_dir=None, tokenizer="bpe", vocab_size=8000, min_freq=2,
-    preset="small", d_model=None, num_heads=None, layers=None, d_ff=None, dropout=None, max_len=256,
+    preset="small", d_model=None, num_heads=None, layers=None, d_ff=None, dropout=None, norm_first=None, max_len=256,
     max_tokens=None, accum_steps=1, max_steps=None, max_minutes=None, max_epochs=None, warmup=None,
     lr_factor=None, label_smoothing=0.1, clip_grad=None, device="auto", compile=False, bf16=True, seed=0,
     out=None, resume=False, overwrite=False, average_last=1, save_every=None, save_every_minutes=None,
     keep_last=5, eval_every=None, log_every=20, progress=True, num_examples=20000, synthetic_vocab=20,
-    synthetic_max_len=10,
+    synthetic_max_len=10, limit_train=None, threads=None,
 )
 # Flags that may change when a run is resumed; every other flag must match the recorded run.
 RESUMABLE = {"max_steps", "max_minutes", "max_epochs", "device", "compile", "bf16", "progress", "eval_every",
              "log_every", "save_every", "save_every_minutes", "keep_last", "average_last", "data_dir", "resume",
-             "overwrite", "out"}
+             "overwrite", "out", "threads"}
 RUN_ARTIFACTS = ("run.json", "metrics.jsonl", "checkpoints", "averaged.pt")
 
 
@@ -96,8 +96,9 @@ def _fraction(text: str) -> float:
 
 def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     d = TRAIN_DEFAULTS
-    presets = ", ".join(f"{name}: d_model={s['d_model']} layers={s['layers']} d_ff={s['d_ff']} heads="
-                        f"{s['num_heads']} max_tokens={s['max_tokens']} warmup={s['warmup']}"
+    presets = "; ".join(f"{name}: d_model={s['d_model']} layers={s['layers']} d_ff={s['d_ff']} heads="
+                        f"{s['num_heads']} dropout={s['dropout']} {'pre-LN' if s['norm_first'] else 'post-LN'} "
+                        f"max_tokens={s['max_tokens']} warmup={s['warmup']} lr_factor={s['lr_factor']}"
                         for name, s in PRESETS.items())
     data = p.add_argument_group("data")
     data.add_argument("--task", choices=["multi30k", "copy", "reverse", "sort"],
@@ -118,6 +119,8 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
                       help="tokens per batch (batch size x longest sentence, per side; the paper: 25000 over all "
                            "GPUs). Under torchrun this is the global batch, split between processes "
                            "(default: from the preset)")
+    data.add_argument("--limit-train", type=_positive_int, metavar="N",
+                      help="use only the first N training pairs (quick experiments; vocabularies come from them too)")
     data.add_argument("--num-examples", type=_positive_int, metavar="N",
                       help=f"synthetic tasks: training examples (default: {d['num_examples']})")
     data.add_argument("--synthetic-vocab", type=_positive_int, metavar="N",
@@ -136,6 +139,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     model.add_argument("--d-ff", type=_positive_int, metavar="N",
                        help="feed-forward inner width (default: from the preset)")
     model.add_argument("--dropout", type=_fraction, metavar="P", help="dropout P_drop (default: from the preset)")
+    model.add_argument("--norm-first", dest="norm_first", action="store_const", const=True,
+                       help="pre-LN: LayerNorm before each sub-layer (trains faster at high learning rates)")
+    model.add_argument("--post-ln", dest="norm_first", action="store_const", const=False,
+                       help="post-LN, the paper's x = LayerNorm(x + Sublayer(x)) (default: from the preset)")
     model.add_argument("--max-len", type=_positive_int, metavar="N",
                        help=f"longest sequence the model accepts; longer training sentences are truncated with "
                             f"a warning (default: {d['max_len']})")
@@ -172,6 +179,8 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--device", metavar="DEV",
                      help=f"auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {d['device']})")
     run.add_argument("--compile", action="store_true", help="compile the model with torch.compile")
+    run.add_argument("--threads", type=_positive_int, metavar="N",
+                     help="CPU threads for PyTorch (default: PyTorch's choice; torchrun sets 1 per process)")
     run.add_argument("--no-bf16", dest="bf16", action="store_false",
                      help="disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)")
     run.add_argument("--average-last", type=_positive_int, metavar="N",
@@ -318,6 +327,8 @@ def _build_data(args: dict[str, Any], saved_tokenizers: dict | None, rank: int, 
         if args["src"] == args["tgt"]:
             raise CliError(f"--src and --tgt must differ, got {args['src']!r} for both")
         splits = load_multi30k(args["src"], args["tgt"], args["data_dir"])
+        if args["limit_train"]:
+            splits["train"] = splits["train"][: args["limit_train"]]
         if saved_tokenizers is not None:
             src_tok, tgt_tok = (tokenizer_from_dict(saved_tokenizers[s]) for s in ("src", "tgt"))
         else:
@@ -360,7 +371,7 @@ def model_config_from_args(args: dict[str, Any], src_vocab: int, tgt_vocab: int)
         src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, d_model=args["d_model"], num_heads=args["num_heads"],
         num_encoder_layers=args["layers"], num_decoder_layers=args["layers"], d_ff=args["d_ff"],
         dropout=args["dropout"], max_len=args["max_len"], share_embeddings=shared and src_vocab == tgt_vocab,
-        tie_output=True,
+        tie_output=True, norm_first=bool(args["norm_first"]),
     )
 
 
@@ -402,6 +413,8 @@ def run_train(given: dict[str, Any], argv: Sequence[str] | None = None, stream: 
         raise CliError("--out DIR is required (where checkpoints and logs go)")
     out = Path(given["out"])
     device_flag = given.get("device", TRAIN_DEFAULTS["device"])
+    if given.get("threads"):
+        torch.set_num_threads(given["threads"])
     rank, world_size, _ = setup_distributed(device_flag)
     try:
         resume_from = prepare_out_dir(out, given.get("resume", False), given.get("overwrite", False), rank == 0)

@@ -360,6 +360,7 @@ def prune_checkpoints(folder: str | os.PathLike, keep_last: int) -> list[Path]:
         raise ValueError(f"keep_last must be a positive integer, got {keep_last!r}")
     found = list_checkpoints(folder)
     doomed = found[:-keep_last]
+    doomed += [p for p in Path(folder).glob(".step_*.pt.*.tmp") if p.is_file()]  # left by killed writers
     for path in doomed:
         path.unlink(missing_ok=True)
     return doomed

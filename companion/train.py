@@ -653,16 +653,30 @@ class Trainer:
             handle.write(json.dumps({**record, "time": time.time()}) + "\n")
 
     # -- checkpoints ------------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Everything besides the model weights that an exact resume needs (tensors and plain values only)."""
-        rng: dict[str, Any] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available() and self.device.type == "cuda":
+    def _rng_state(self) -> dict[str, torch.Tensor]:
+        rng = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return rng
+
+    def _all_rng_states(self) -> list[dict[str, torch.Tensor]]:
+        """Every rank's RNG state (a collective call under DDP: all ranks must call it)."""
+        if self.world_size == 1:
+            return [self._rng_state()]
+        states: list[Any] = [None] * self.world_size
+        dist.all_gather_object(states, {k: v.cpu() for k, v in self._rng_state().items()})
+        return states
+
+    def state_dict(self, rng_states: list[dict[str, torch.Tensor]] | None = None) -> dict[str, Any]:
+        """Everything besides the model weights that an exact resume needs (tensors and plain values only).
+
+        ``rng_states`` lists every rank's RNG state (default: this process's only).
+        """
         return {
             "state": asdict(self.state),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": rng,
+            "rng": rng_states if rng_states is not None else [self._rng_state()],
             "world_size": self.world_size,
         }
 
@@ -672,8 +686,9 @@ class Trainer:
         self.state = TrainState(**counters)
         self.optimizer.load_state_dict(trainer_state["optimizer"])
         self.scheduler.load_state_dict(trainer_state["scheduler"])
-        rng = trainer_state.get("rng", {})
-        if "torch" in rng and int(trainer_state.get("world_size", 1)) == self.world_size:
+        states = trainer_state.get("rng") or []
+        if len(states) == self.world_size:  # with another number of processes the streams cannot continue
+            rng = states[self.rank]
             torch.set_rng_state(rng["torch"].cpu())
             if "cuda" in rng and self.device.type == "cuda":
                 torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
@@ -691,10 +706,11 @@ class Trainer:
                 raise ValueError("save_checkpoint needs a path when the Trainer has no out_dir")
             path = checkpoint_path(self.out_dir / "checkpoints", self.state.step)
         path = Path(path)
+        rng_states = self._all_rng_states()
         if self.rank == 0:
             save_checkpoint(
                 path, model=self.model, step=self.state.step, tokenizers=self.tokenizers or None,
-                train_config=self.config.to_dict(), trainer_state=self.state_dict(),
+                train_config=self.config.to_dict(), trainer_state=self.state_dict(rng_states),
                 metrics={"last_loss": self.state.last_loss, "valid": self.state.last_valid,
                          "best_valid_nll": self.state.best_valid_nll, "train_seconds": self.state.train_seconds,
                          "tokens_seen": self.state.tokens_seen},

@@ -1,0 +1,167 @@
+"""Multi30k quality benchmark: train each direction with a time budget, average, score test_2016_flickr.
+
+One command (from the repository root)::
+
+    python bench/multi30k.py                       # de->en and en->de, 20 minutes of training each
+    python bench/multi30k.py --directions de-en --minutes 20
+
+For each direction it runs ``companion train`` (the ``small`` preset and the settings below unless overridden)
+for ``--minutes`` of training, averages the last ``--average-last`` checkpoints (written every
+``--save-every-minutes``), translates test_2016_flickr with beam search (beam 4, alpha 0.6, max length =
+source + 50, as in the paper), and scores the detokenized output with sacreBLEU (BLEU and chrF, signatures
+printed). Results go to ``bench/results/multi30k_<device>.json`` with the hardware, torch version, date,
+wall times, the exact command, steps and the configuration. Runs are kept under ``--runs-dir``.
+
+Targets (issue 3): on 2 CPU cores, <= 20 minutes of training per direction, de->en >= 30 BLEU and
+en->de >= 26; on one GPU, <= 10 minutes per direction, de->en >= 40 and en->de >= 37.
+
+Extra ``companion train`` flags can follow ``--`` (e.g. ``-- --preset base --max-tokens 25000``).
+"""
+
+from __future__ import annotations
+
+import os
+
+# On a CPU shared with other processes, OpenMP's default busy-waiting threads slow each other down badly;
+# passive waiting costs almost nothing on an idle machine. Must be set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import hardware, write_results  # noqa: E402
+
+from companion.__main__ import build_parser, evaluate_checkpoint, run_train  # noqa: E402
+from companion.train import resolve_device  # noqa: E402
+
+TARGETS = {"cpu": {"de-en": 30.0, "en-de": 26.0}, "cuda": {"de-en": 40.0, "en-de": 37.0}}
+
+# The settings chosen for 2 CPU cores and 20 minutes (see the trial log in the results file's "notes").
+CPU_SETTINGS = ["--preset", "small", "--tokenizer", "word", "--min-freq", "2"]
+GPU_SETTINGS = ["--preset", "base", "--tokenizer", "bpe", "--vocab-size", "8000", "--max-tokens", "12000",
+                "--warmup", "1000", "--dropout", "0.2"]
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(
+        prog="python bench/multi30k.py", description=__doc__.split("\n\n")[0],
+        epilog="Everything after -- is passed to 'companion train' (see python -m companion train --help).")
+    parser.add_argument("--directions", nargs="+", default=["de-en", "en-de"], choices=["de-en", "en-de"],
+                        help="translation directions to train and score (default: de-en en-de)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="training time per direction (default: 20 on CPU, 10 on GPU)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA > MPS > CPU), cpu, cuda or mps (default: auto)")
+    parser.add_argument("--data-dir", default=None,
+                        help="Multi30k folder (default: $COMPANION_DATA_DIR, else ../shared/data/multi30k if it "
+                             "exists, else the Hugging Face hub)")
+    parser.add_argument("--average-last", type=int, default=5,
+                        help="average the last N checkpoints before scoring (paper: 5; default: 5)")
+    parser.add_argument("--save-every-minutes", type=float, default=None,
+                        help="checkpoint interval for the averaging (default: minutes / 12)")
+    parser.add_argument("--beam-size", type=int, default=4, help="beam width for the test set (default: 4)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
+    parser.add_argument("--split", default="test", choices=["test", "valid"],
+                        help="split to score; test = test_2016_flickr (default: test; use valid for tuning)")
+    parser.add_argument("--runs-dir", default="bench/runs", help="where the training runs go (default: bench/runs)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--no-results", action="store_true",
+                        help="do not write bench/results/multi30k_<device>.json (for trial runs)")
+    parser.add_argument("--tag", default="", help="suffix for the run folders and the results file name")
+    parser.add_argument("--compare-unaveraged", action="store_true",
+                        help="also score the last checkpoint alone (one more decoding pass)")
+    return parser.parse_args(argv), extra
+
+
+def default_data_dir() -> str | None:
+    if os.environ.get("COMPANION_DATA_DIR"):
+        return None  # companion.data reads it
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+    return str(shared) if (shared / "train.de.gz").is_file() else None
+
+
+def train_flags(args: argparse.Namespace, src: str, tgt: str, device: str, minutes: float, out: Path,
+                extra: list[str]) -> list[str]:
+    base = GPU_SETTINGS if device == "cuda" else CPU_SETTINGS
+    save_every = args.save_every_minutes or minutes / 12
+    flags = ["train", *base, "--src", src, "--tgt", tgt, "--max-minutes", str(minutes), "--device", device,
+             "--out", str(out), "--overwrite", "--average-last", str(args.average_last), "--keep-last",
+             str(max(args.average_last, 1)), "--save-every-minutes", f"{save_every:.4g}", "--seed", str(args.seed),
+             "--eval-every", "100000", "--log-every", "25"]
+    data_dir = args.data_dir or default_data_dir()
+    if data_dir:
+        flags += ["--data-dir", data_dir]
+    return flags + extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    device = resolve_device(args.device).type
+    minutes = args.minutes or (10.0 if device == "cuda" else 20.0)
+    results: dict[str, dict] = {}
+    started = time.time()
+    for direction in args.directions:
+        src, tgt = direction.split("-")
+        out = Path(args.runs_dir) / f"multi30k-{direction}{('-' + args.tag) if args.tag else ''}"
+        flags = train_flags(args, src, tgt, device, minutes, out, extra)
+        given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+        print(f"\n=== {direction}: python -m companion {' '.join(flags)}", flush=True)
+        t0 = time.time()
+        summary = run_train(given, argv=flags[1:])
+        train_wall = time.time() - t0
+        checkpoint = summary.get("averaged") or summary["checkpoint"]
+        scored = evaluate_checkpoint(checkpoint, args.split, data_dir=args.data_dir or default_data_dir(),
+                                     beam_size=args.beam_size, alpha=args.alpha, device=device)
+        target = TARGETS.get(device, {}).get(direction)
+        entry = {
+            "bleu": round(scored["bleu"], 2), "bleu_signature": scored["bleu_signature"],
+            "chrf": round(scored["chrf"], 2), "chrf_signature": scored["chrf_signature"],
+            "split": scored["split"], "sentences": scored["sentences"], "beam_size": args.beam_size,
+            "alpha": args.alpha, "target_bleu": target,
+            "meets_target": None if target is None else scored["bleu"] >= target,
+            "steps": summary["steps"], "epochs": round(summary["epochs"], 3),
+            "train_minutes": round(summary["train_seconds"] / 60, 2),
+            "train_wall_minutes_incl_data_prep": round(train_wall / 60, 2),
+            "decode_minutes": round(scored["decode_seconds"] / 60, 2), "tokens_seen": summary["tokens_seen"],
+            "valid": summary.get("valid"), "checkpoint": checkpoint,
+            "averaged_from": summary.get("averaged_from"),
+            "command": "python -m companion " + " ".join(flags),
+            "config": given, "example_translations": scored["hypotheses"][:5],
+        }
+        if args.compare_unaveraged and summary.get("averaged"):
+            alone = evaluate_checkpoint(summary["checkpoint"], args.split, data_dir=args.data_dir or default_data_dir(),
+                                        beam_size=args.beam_size, alpha=args.alpha, device=device)
+            entry["bleu_last_checkpoint_alone"] = round(alone["bleu"], 2)
+            entry["chrf_last_checkpoint_alone"] = round(alone["chrf"], 2)
+        results[direction] = entry
+        mark = "" if target is None else (" (target >= %.0f: %s)" % (target, "met" if entry["meets_target"] else "MISSED"))
+        print(f"{direction} {scored['split']}: BLEU = {scored['bleu']:.2f}{mark}\n  {scored['bleu_signature']}\n"
+              f"{direction} {scored['split']}: chrF = {scored['chrf']:.2f}\n  {scored['chrf_signature']}\n"
+              f"  {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['train_seconds'] / 60:.1f} min "
+              f"training, decoding {scored['decode_seconds'] / 60:.1f} min", flush=True)
+    payload = {
+        "benchmark": "multi30k", "device": device, "minutes_per_direction": minutes,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "torch_threads": torch.get_num_threads(),
+        "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "wall_minutes_total": round((time.time() - started) / 60, 2), "results": results,
+    }
+    if not args.no_results:
+        name = f"multi30k_{device}{('_' + args.tag) if args.tag else ''}"
+        path = write_results(name, payload)
+        print(f"results written to {path}")
+    else:
+        print({"hardware": hardware(), **payload})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

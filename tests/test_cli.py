@@ -1,0 +1,189 @@
+"""Command line: help texts, output-folder safety, resume, device errors and a Multi30k round trip."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from companion.__main__ import build_parser, main
+from companion.checkpoint import list_checkpoints, load_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def multi30k_dir() -> Path | None:
+    """``$COMPANION_DATA_DIR`` or ``<repo>/../shared/data/multi30k``, if it holds the data."""
+    for candidate in (os.environ.get("COMPANION_DATA_DIR"), REPO.parent / "shared" / "data" / "multi30k"):
+        if candidate and (Path(candidate) / "train.de.gz").is_file():
+            return Path(candidate)
+    return None
+
+
+DATA = multi30k_dir()
+COPY = ["train", "--task", "copy", "--preset", "tiny", "--num-examples", "300", "--max-tokens", "200",
+        "--no-progress", "--device", "cpu", "--threads", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def subcommand_parsers():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+@pytest.mark.parametrize("command", ["train", "translate", "evaluate"])
+def test_help_documents_every_flag(command, capsys):
+    parser = subcommand_parsers()[command]
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    flags = [opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")]
+    assert len(flags) >= (30 if command == "train" else 5)
+    for action in parser._actions:
+        if action.option_strings:
+            assert action.help and len(action.help) > 10, action.option_strings
+    for flag in flags:
+        assert flag in text, flag
+    if command == "train":
+        for flag in ("--preset", "--src", "--tgt", "--data-dir", "--tokenizer", "--max-tokens", "--max-steps",
+                     "--max-minutes", "--device", "--out", "--seed", "--accum-steps", "--label-smoothing",
+                     "--warmup", "--lr-factor", "--compile", "--clip-grad", "--average-last", "--resume",
+                     "--overwrite"):
+            assert flag in flags
+
+
+def test_console_entry_point_runs():
+    result = subprocess.run([sys.executable, "-m", "companion", "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and "translate" in result.stdout
+
+
+def test_out_folder_with_a_run_is_refused_then_overwritten_or_resumed(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "3", "--save-every", "1", "--out", str(out)]) == 0
+    assert [p.name for p in list_checkpoints(out / "checkpoints")][-1] == "step_00000003.pt"
+    (out / "notes.txt").write_text("mine")
+    first_log = (out / "metrics.jsonl").read_bytes()
+
+    assert main([*COPY, "--max-steps", "3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--resume" in err and "--overwrite" in err
+    assert (out / "metrics.jsonl").read_bytes() == first_log  # nothing touched
+
+    assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume", "--preset", "small"]) == 2
+    assert "--preset 'small' (the run used 'tiny')" in capsys.readouterr().err
+
+    assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume"]) == 0
+    assert "resumed at step 3" in capsys.readouterr().out
+    assert load_checkpoint(list_checkpoints(out / "checkpoints")[-1])["step"] == 5
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps)
+
+    assert main([*COPY, "--max-steps", "2", "--out", str(out), "--overwrite"]) == 0
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step_00000002.pt"]
+    assert (out / "notes.txt").read_text() == "mine"  # only the run's own files were replaced
+
+    assert main([*COPY, "--max-steps", "2", "--out", str(tmp_path / "fresh"), "--resume"]) == 2
+    assert "no run to resume" in capsys.readouterr().err
+
+
+def test_training_needs_a_limit_and_an_out_folder(tmp_path, capsys):
+    assert main([*COPY, "--out", str(tmp_path / "x")]) == 2
+    assert "--max-steps" in capsys.readouterr().err
+    assert main([*COPY, "--max-steps", "1"]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_a_gpu_fails_clearly(tmp_path, capsys):
+    assert main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x"), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--device cpu" in err
+
+
+def test_averaging_the_last_checkpoints(tmp_path, capsys):
+    out = tmp_path / "avg"
+    assert main([*COPY, "--max-steps", "6", "--save-every", "2", "--average-last", "3", "--out", str(out)]) == 0
+    averaged = load_checkpoint(out / "averaged.pt")
+    assert averaged["averaged_from"] == ["step_00000002.pt", "step_00000004.pt", "step_00000006.pt"]
+    assert "averaged 3" in capsys.readouterr().out
+
+
+def test_translate_and_evaluate_refuse_bad_checkpoints(tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0
+    assert main(["translate", "--checkpoint", str(out), "--device", "cpu"]) == 2
+    assert "synthetic task" in capsys.readouterr().err
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(list_checkpoints(out / "checkpoints")[0].read_bytes()[:1000])
+    assert main(["evaluate", "--checkpoint", str(broken), "--device", "cpu"]) == 2
+    assert "truncated or corrupt" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(tmp_path / "nothing.pt")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(DATA is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it in ../shared/data")
+def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "de-en"
+    code = main(["train", "--preset", "tiny", "--src", "de", "--tgt", "en", "--data-dir", str(DATA),
+                 "--limit-train", "2000", "--vocab-size", "1000", "--max-steps", "4", "--out", str(out),
+                 "--no-progress", "--device", "cpu", "--threads", "1", "--average-last", "2", "--save-every", "2"])
+    assert code == 0
+    assert "de->en" in capsys.readouterr().out
+    run = json.loads((out / "run.json").read_text())
+    assert run["args"]["src"] == "de" and run["args"]["tokenizer"] == "bpe"
+
+    lines = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "   "]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines) + "\n"))
+    assert main(["translate", "--checkpoint", str(out), "--beam-size", "2", "--device", "cpu"]) == 0
+    translated = capsys.readouterr().out.split("\n")
+    assert len(translated) == len(lines) + 1 and translated[-1] == ""
+    assert translated[1] == "" and translated[3] == ""  # empty lines stay empty, in place
+
+    source_file = tmp_path / "in.de"
+    source_file.write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(out / "averaged.pt"), "--input", str(source_file),
+                 "--beam-size", "1", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "8", "--beam-size", "2",
+                 "--data-dir", str(DATA), "--device", "cpu"]) == 0
+    report = capsys.readouterr().out
+    assert "de->en test_2016_flickr (8 sentences" in report
+    assert re.search(r"BLEU = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:", report)
+    assert re.search(r"chrF = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no", report)
+
+    assert main(["evaluate", "--checkpoint", str(out), "--limit", "4", "--beam-size", "1", "--json",
+                 "--data-dir", str(DATA), "--device", "cpu"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["sentences"] == 4 and result["direction"] == "de->en" and 0 <= result["bleu"] <= 100
+
+
+@pytest.mark.skipif(DATA is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it in ../shared/data")
+def test_word_tokenizer_run_translates(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "en-de"
+    assert main(["train", "--preset", "tiny", "--tokenizer", "word", "--data-dir", str(DATA), "--limit-train",
+                 "1000", "--max-steps", "2", "--out", str(out), "--no-progress", "--device", "cpu",
+                 "--threads", "1"]) == 0
+    checkpoint = load_checkpoint(list_checkpoints(out / "checkpoints")[-1])
+    assert checkpoint["tokenizers"]["src"]["type"] == "word" and checkpoint["tokenizers"]["src"]["language"] == "en"
+    assert checkpoint["tokenizers"]["tgt"]["language"] == "de"
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("A dog runs.\nA zzyzx qwerty.\n"))
+    assert main(["translate", "--checkpoint", str(out), "--beam-size", "1", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2

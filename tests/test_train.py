@@ -1,0 +1,283 @@
+"""Training protocol: schedule, label-smoothed loss, trainer (overfit, copy task, accumulation, limits, NaN)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from companion import Transformer, TransformerConfig
+from companion.data import EOS_ID, make_batches, synthetic_pairs
+from companion.decode import greedy_decode
+from companion.train import (
+    DeviceUnavailableError,
+    TrainConfig,
+    Trainer,
+    TrainingDivergedError,
+    label_smoothed_loss,
+    noam_lr,
+    resolve_device,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: steadier timings on a shared CPU (and no oversubscription)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_model(vocab: int = 20, **overrides) -> Transformer:
+    settings = dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0,
+                    max_len=32)
+    settings.update(overrides)
+    return Transformer(TransformerConfig(vocab, vocab, **settings))
+
+
+def copy_batches(n: int = 400, max_tokens: int = 200, seed: int = 0, vocab: int = 20, max_len: int = 8):
+    return make_batches(synthetic_pairs("copy", n, max_len=max_len, vocab_size=vocab, seed=seed), max_tokens,
+                        seed=seed)
+
+
+def exact_match(model: Transformer, pairs) -> float:
+    batch = make_batches(pairs, 10**9, shuffle=False)[0]
+    outputs = greedy_decode(model.eval(), batch.src)
+    targets = [row[: row.index(EOS_ID)] for row in batch.tgt_out.tolist()]
+    return sum(o == t for o, t in zip(outputs, targets)) / len(targets)
+
+
+# -- schedule ---------------------------------------------------------------------------------------------
+def test_noam_matches_the_formula_and_peaks_at_warmup():
+    d_model, warmup = 512, 4000
+    for step in (1, 10, 1000, 3999, 4000, 4001, 20000, 100000):
+        expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert noam_lr(step, d_model, warmup) == pytest.approx(expected, rel=1e-12)
+    values = [noam_lr(s, d_model, warmup) for s in range(1, 12001)]
+    assert max(range(len(values)), key=values.__getitem__) + 1 == warmup
+    assert values[warmup - 1] == pytest.approx((d_model * warmup) ** -0.5)
+    assert all(a < b for a, b in zip(values[: warmup - 1], values[1:warmup]))  # rising during warmup
+    assert all(a > b for a, b in zip(values[warmup - 1 : -1], values[warmup:]))  # decaying afterwards
+    assert noam_lr(100, 256, 50, factor=2.0) == pytest.approx(2 * noam_lr(100, 256, 50))
+    assert noam_lr(0, d_model, warmup) == 0.0
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(step=-1, d_model=8), "step"), (dict(step=1.5, d_model=8), "step"), (dict(step=1, d_model=0), "d_model"),
+    (dict(step=1, d_model=8, warmup=0), "warmup"), (dict(step=1, d_model=8, factor=0), "factor"),
+])
+def test_noam_rejects_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        noam_lr(**kwargs)
+
+
+def test_trainer_steps_follow_the_schedule(tmp_path):
+    model = small_model()
+    config = TrainConfig(max_steps=7, warmup=4, lr_factor=3.0, progress=False, device="cpu", log_every=1)
+    trainer = Trainer(model, config, copy_batches(), out_dir=tmp_path)
+    trainer.train()
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_lines = [r for r in logged if r["kind"] == "train"]
+    assert [r["step"] for r in train_lines] == list(range(1, 8))
+    for record in train_lines:  # the lr logged at step n is the one the next step will use: noam(n + 1)
+        assert record["lr"] == pytest.approx(noam_lr(record["step"] + 1, 32, 4, 3.0))
+    for key in ("loss", "nll", "ppl", "tokens_per_s", "epoch", "train_seconds", "time"):
+        assert key in train_lines[0]
+    assert trainer.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
+    assert trainer.optimizer.param_groups[0]["eps"] == 1e-9
+
+
+# -- loss -------------------------------------------------------------------------------------------------
+def test_label_smoothing_zero_equals_cross_entropy_with_ignore_index():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss_sum, nll_sum, count = label_smoothed_loss(logits, target, smoothing=0.0, pad_id=0)
+    reference = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0, reduction="sum")
+    assert int(count) == int((target != 0).sum())
+    torch.testing.assert_close(loss_sum, reference)
+    torch.testing.assert_close(nll_sum, reference)
+
+
+def test_label_smoothing_matches_pytorch_and_ignores_padding():
+    torch.manual_seed(1)
+    logits = torch.randn(4, 6, 9, requires_grad=True)
+    target = torch.randint(1, 9, (4, 6))
+    target[:, 4:] = 0
+    loss_sum, nll_sum, _ = label_smoothed_loss(logits, target, smoothing=0.1, pad_id=0)
+    reference = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1), ignore_index=0, label_smoothing=0.1,
+                                reduction="sum")
+    torch.testing.assert_close(loss_sum, reference)
+    assert loss_sum > nll_sum  # smoothing penalises confident predictions
+    loss_sum.backward()
+    assert logits.grad[:, 4:].abs().max() == 0  # padded positions get no gradient
+    assert logits.grad[:, :4].abs().max() > 0
+
+
+def test_label_smoothing_rejects_bad_input():
+    with pytest.raises(ValueError, match="smoothing"):
+        label_smoothed_loss(torch.randn(2, 3, 5), torch.ones(2, 3, dtype=torch.long), smoothing=1.0)
+    with pytest.raises(ValueError, match="logits"):
+        label_smoothed_loss(torch.randn(2, 4, 5), torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="target"):
+        label_smoothed_loss(torch.randn(2, 3, 5), torch.ones(2, 3))
+
+
+# -- learning ---------------------------------------------------------------------------------------------
+def test_overfits_one_batch_to_near_zero_loss():
+    torch.manual_seed(0)
+    pairs = synthetic_pairs("reverse", 8, min_len=3, max_len=7, vocab_size=20, seed=3)
+    batch = make_batches(pairs, 10**6, shuffle=False)
+    assert len(batch) == 1
+    model = small_model(d_model=64, num_heads=4, d_ff=128)
+    config = TrainConfig(max_steps=150, warmup=50, lr_factor=0.5, label_smoothing=0.0, progress=False,
+                         device="cpu")
+    trainer = Trainer(model, config, batch)
+    summary = trainer.train()
+    assert summary["steps"] == 150 and summary["stop_reason"] == "max_steps"
+    result = trainer.evaluate(batch)
+    assert result["valid_nll"] < 0.005, result
+
+
+def test_copy_task_reaches_99_percent_exact_match_within_a_minute():
+    torch.manual_seed(0)
+    train = make_batches(synthetic_pairs("copy", 20000, max_len=8, vocab_size=20, seed=0), 800, seed=0)
+    held_out = synthetic_pairs("copy", 500, max_len=8, vocab_size=20, seed=123)
+    model = Transformer(TransformerConfig(20, 20, d_model=64, num_heads=2, num_encoder_layers=2,
+                                          num_decoder_layers=2, d_ff=128, dropout=0.0, max_len=32))
+    config = TrainConfig(max_steps=300, warmup=100, lr_factor=0.5, label_smoothing=0.0, progress=False,
+                         device="cpu", max_minutes=1.0)
+    trainer = Trainer(model, config, train)
+    start = time.perf_counter()
+    accuracy = 0.0
+    while time.perf_counter() - start < 60:
+        trainer.train()
+        accuracy = exact_match(model, held_out)
+        if accuracy >= 0.99:
+            break
+        config.max_steps += 100
+    elapsed = time.perf_counter() - start
+    assert accuracy >= 0.99, f"exact match {accuracy:.3f} after {trainer.state.step} steps, {elapsed:.0f} s"
+    assert elapsed < 60, f"took {elapsed:.0f} s"
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    torch.manual_seed(0)
+    pairs = synthetic_pairs("copy", 12, min_len=2, max_len=9, vocab_size=20, seed=5)
+    first, second = make_batches(pairs[:6], 10**6, shuffle=False)[0], make_batches(pairs[6:], 10**6, shuffle=False)[0]
+    whole = make_batches(pairs, 10**6, shuffle=False)
+    assert len(whole) == 1 and first.src.shape[1] != second.src.shape[1]
+    reference = small_model()
+    twin = small_model()
+    twin.load_state_dict(reference.state_dict())
+    big = Trainer(reference, TrainConfig(max_steps=1, warmup=1, progress=False, device="cpu"), whole)
+    big.train()
+    accumulated = Trainer(twin, TrainConfig(max_steps=1, warmup=1, accum_steps=2, progress=False, device="cpu"),
+                          [first, second])
+    accumulated.train()
+    # Adam's first moment after one step is 0.1 * gradient: the gradients must agree.
+    for (name, p), q in zip(reference.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(big.optimizer.state[p]["exp_avg"], accumulated.optimizer.state[q]["exp_avg"],
+                                   atol=1e-8, rtol=1e-4, msg=name)
+        if not name.endswith("k_proj.bias"):  # its true gradient is 0 (softmax ignores it): Adam amplifies noise
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
+    assert not torch.equal(reference.generator.weight, small_model().generator.weight)
+
+
+# -- limits, evaluation, logging --------------------------------------------------------------------------
+def test_time_limit_and_epoch_limit_stop_training():
+    batches = copy_batches(n=60, max_tokens=200)
+    trainer = Trainer(small_model(), TrainConfig(max_minutes=1e-6, progress=False, device="cpu"), batches)
+    summary = trainer.train()
+    assert summary["stop_reason"] == "max_minutes" and summary["steps"] == 1
+    trainer = Trainer(small_model(), TrainConfig(max_epochs=2, progress=False, device="cpu"), batches)
+    summary = trainer.train()
+    assert summary["stop_reason"] == "max_epochs" and summary["steps"] == 2 * len(batches)
+
+
+def test_periodic_validation_and_progress_bar(tmp_path, capsys):
+    train, valid = copy_batches(seed=0), copy_batches(n=50, seed=1)
+    config = TrainConfig(max_steps=6, eval_every=3, log_every=2, device="cpu", progress=True)
+    Trainer(small_model(), config, train, valid, out_dir=tmp_path).train()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "valid"] == [3, 6]
+    assert all(r["valid_ppl"] == pytest.approx(math.exp(r["valid_nll"])) for r in records if r["kind"] == "valid")
+    err = capsys.readouterr().err
+    assert "loss=" in err and "lr=" in err and "tok_s=" in err
+    Trainer(small_model(), TrainConfig(max_steps=2, device="cpu", progress=False), train).train()
+    assert "tok_s=" not in capsys.readouterr().err
+
+
+def test_nan_loss_stops_with_the_step_and_keeps_weights():
+    model = small_model()
+    trainer = Trainer(model, TrainConfig(max_steps=3, progress=False, device="cpu"), copy_batches())
+    trainer.train()
+    with torch.no_grad():
+        model.encoder.layers[0].ffn.linear1.weight[0, 0] = float("nan")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer.config.max_steps = 10
+    with pytest.raises(TrainingDivergedError, match=r"nan at step 4 .*--lr-factor"):
+        trainer.train()
+    assert trainer.state.step == 3
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], equal_nan=True)
+
+
+# -- configuration and devices ---------------------------------------------------------------------------
+def test_train_config_validates():
+    with pytest.raises(ValueError, match="max_steps, max_minutes or max_epochs"):
+        TrainConfig()
+    with pytest.raises(ValueError, match="accum_steps"):
+        TrainConfig(max_steps=1, accum_steps=0)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        TrainConfig(max_steps=1, label_smoothing=1.5)
+    config = TrainConfig(max_steps=5, clip_grad=1.0)
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ValueError, match="unknown TrainConfig fields"):
+        TrainConfig.from_dict({"max_steps": 1, "learning_rate": 3})
+
+
+def test_trainer_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="model"):
+        Trainer(torch.nn.Linear(2, 2), TrainConfig(max_steps=1), copy_batches())
+    with pytest.raises(ValueError, match="train_batches"):
+        Trainer(small_model(), TrainConfig(max_steps=1), [])
+    with pytest.raises(TypeError, match=r"train_batches\[0\]"):
+        Trainer(small_model(), TrainConfig(max_steps=1), [torch.zeros(2, 3)])
+
+
+def test_device_resolution():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match="CUDA is not available.*--device cpu"):
+            resolve_device("cuda")
+
+
+def test_gradient_clipping_bounds_the_gradient_norm():
+    torch.manual_seed(0)
+    batch = copy_batches()[:1]
+    clipped, free = small_model(), small_model()
+    free.load_state_dict(clipped.state_dict())
+
+    def first_moment_norm(trainer: Trainer) -> float:
+        # After one step Adam's first moment is (1 - beta1) * gradient, so it reveals the gradient used.
+        moments = [s["exp_avg"] for s in trainer.optimizer.state.values()]
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(m) for m in moments]))) / 0.1
+
+    a = Trainer(clipped, TrainConfig(max_steps=1, warmup=1, clip_grad=1e-3, progress=False, device="cpu"), batch)
+    a.train()
+    b = Trainer(free, TrainConfig(max_steps=1, warmup=1, progress=False, device="cpu"), batch)
+    b.train()
+    assert first_moment_norm(a) == pytest.approx(1e-3, rel=1e-3)
+    assert first_moment_norm(b) > 0.1
