@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  warmup=200, lr_factor=1.0),
     # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py)
     "small": dict(d_model=256, num_heads=8, layers=3, d_ff=512, dropout=0.1, norm_first=True, max_tokens=2000,
-                  warmup=200, lr_factor=1.5),
+                  warmup=300, lr_factor=0.6),
     # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
     "base": dict(d_model=512, num_heads=8, layers=6, d_ff=2048, dropout=0.1, norm_first=False, max_tokens=25000,
                  warmup=4000, lr_factor=1.0),
