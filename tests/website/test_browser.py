@@ -45,8 +45,15 @@ def test_page_renders_offline(page_path, browser, site_url, screenshot_dir):
     broken = page.eval_on_selector_all(
         "main img", "imgs => imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
     )
+    # Figures stored in the page need alt text; images a widget draws at run time (data: URLs) are exempt.
+    unnamed = page.eval_on_selector_all(
+        "main img",
+        "imgs => imgs.filter(i => !i.src.startsWith('data:') && (!i.alt || /[.](png|jpg|svg)$/.test(i.alt)))"
+        ".map(i => i.src)",
+    )
     page.screenshot(path=str(screenshot_dir / (page_path.replace("/", "_") + ".png")), full_page=True)
     page.close()
     assert not outside, f"{page_path} requested outside localhost: {outside}"
     assert not broken, f"{page_path} has images that do not load: {broken}"
+    assert not unnamed, f"{page_path} has figures without alt text: {unnamed}"
     assert not errors, f"{page_path} logged JavaScript errors: {errors}"
