@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_positive_int, check_token_ids
+from .train import warmup_cosine
 from .attention import causal_mask
 from .data import PAD_ID, SPECIAL_TOKENS, Tokenizer
 from .model import Encoder, TransformerConfig
@@ -364,13 +365,7 @@ def train_language_model(
     order = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
 
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(steps - warmup, 1)
-        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, warmup, steps))
     pad = model.config.pad_id
     model.train()
     history = []

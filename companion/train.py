@@ -39,6 +39,7 @@ from ._validation import check_positive_int, check_tensor
 __all__ = [
     "noam_lr",
     "NoamSchedule",
+    "warmup_cosine",
     "label_smoothed_loss",
     "resolve_device",
     "TrainConfig",
@@ -69,6 +70,15 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     if step == 0:
         return 0.0
     return float(factor) * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def warmup_cosine(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Learning-rate multiplier for the small experiments of the chapters: linear warmup over ``warmup`` steps,
+    then a cosine decay from 1 to ``floor`` at step ``total`` (0-based ``step``)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(total - warmup, 1)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class NoamSchedule:
