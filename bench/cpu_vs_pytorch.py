@@ -8,6 +8,8 @@ and the same parameter count, which the script asserts. Each round times a train
 loss, backward, Adam) and an evaluation forward pass over the same real Multi30k batches for both models, in
 alternating order; the machine is noisy, so the script reports the median over rounds of the per-round ratio
 companion / PyTorch. Targets: training step <= 1.05, evaluation forward <= 1.05.
+A third model, companion with ``fuse_qkv=False`` (three Q/K/V products instead of one, same weights), is timed in
+the same rounds to measure what the fused projection brings on this machine (median ratio fused / separate).
 Writes bench/results/cpu_vs_pytorch.json.
 """
 
@@ -110,6 +112,12 @@ def main() -> None:
     )
     torch.manual_seed(0)
     models = {"companion": companion.Transformer(config), "pytorch": TorchTransformer(config)}
+    separate = companion.Transformer(config)
+    separate.load_state_dict(models["companion"].state_dict())
+    for module in separate.modules():
+        if isinstance(module, companion.MultiHeadAttention):
+            module.fuse_qkv = False
+    models["companion_separate_qkv"] = separate
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
     assert counts["companion"] == counts["pytorch"], f"structures differ: {counts}"
     optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -129,18 +137,21 @@ def main() -> None:
         eval_round(name)
     times = {kind: {name: [] for name in models} for kind in ("train", "eval")}
     for r in range(args.rounds):
-        order = list(models) if r % 2 == 0 else list(models)[::-1]
+        order = list(models)[r % len(models):] + list(models)[:r % len(models)]  # rotate the order
         for name in order:
             times["train"][name].append(train_round(name))
         for name in order:
             times["eval"][name].append(eval_round(name))
     ratios = {kind: [c / p for c, p in zip(t["companion"], t["pytorch"])] for kind, t in times.items()}
     summary = {kind: statistics.median(r) for kind, r in ratios.items()}
+    fused = {kind: statistics.median(c / s for c, s in zip(t["companion"], t["companion_separate_qkv"]))
+             for kind, t in times.items()}
     tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     for kind in ("train", "eval"):
         print(f"{kind:5s}: companion/pytorch median ratio {summary[kind]:.3f} "
               f"(companion {statistics.median(times[kind]['companion']):.3f} s, "
-              f"pytorch {statistics.median(times[kind]['pytorch']):.3f} s per round of {len(batches)} batches)")
+              f"pytorch {statistics.median(times[kind]['pytorch']):.3f} s per round of {len(batches)} batches); "
+              f"fused/separate QKV {fused[kind]:.3f}")
     path = write_results("cpu_vs_pytorch", {
         "config": config.to_dict(),
         "parameters": counts["companion"],
@@ -151,6 +162,7 @@ def main() -> None:
         "seconds_per_round": times,
         "ratios": ratios,
         "median_ratio": summary,
+        "median_ratio_fused_vs_separate_qkv": fused,
         "targets": {"train": 1.05, "eval": 1.05},
         "meets_targets": {k: summary[k] <= 1.05 for k in summary},
     })

@@ -149,6 +149,13 @@ def fast_attention(
     _check_causal(is_causal, mask, q, k)
     if mask is not None:
         check_bool_mask("mask", mask, _scores_shape(q, k))
+    return _sdpa(q, k, v, mask, dropout_p, is_causal)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
+          is_causal: bool) -> torch.Tensor:
+    """:func:`fast_attention` without the argument checks, for callers whose tensors are already checked
+    (the model's layers call it once per layer and decoding step)."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
     if mask is not None:
         # Fully masked rows come out of some kernels as NaN; define them as zeros, like the reference path.
@@ -163,14 +170,21 @@ class MultiHeadAttention(nn.Module):
     per-head projections are stored as one ``nn.Linear(d_model, d_model)`` each for Q, K and V (``q_proj``,
     ``k_proj``, ``v_proj``); head i uses rows ``i*d_k:(i+1)*d_k`` of each weight. ``out_proj`` is W^O.
 
+    For self-attention (query, key and value are the same tensor), :meth:`project_qkv` computes the three
+    projections as one matrix product with the stacked weight ``[W^Q; W^K; W^V]`` (``[3 d_model, d_model]``)
+    when ``fuse_qkv`` is True: the same numbers up to rounding, one large product instead of three small ones.
+    The parameters stay three separate ``nn.Linear`` layers either way, so checkpoints do not depend on it.
+
     Args:
         d_model: model width.
         num_heads: number of heads h; must divide ``d_model``.
         dropout: dropout on the attention weights (the paper's base model uses 0).
         bias: whether the four projections have biases.
+        fuse_qkv: compute self-attention's Q, K and V projections as one product (default True).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 fuse_qkv: bool = True) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
@@ -184,6 +198,7 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.d_head = d_model // num_heads
         self.dropout = dropout
+        self.fuse_qkv = bool(fuse_qkv)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -203,6 +218,41 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Project keys and values and split heads: two ``[batch, heads, n, d_head]`` tensors."""
         return self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(value))
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention projections of ``x [batch, seq, d_model]``: q, k, v, each ``[batch, heads, seq, d_head]``.
+
+        With ``fuse_qkv`` one ``F.linear`` with the stacked weight ``[3 d_model, d_model]``, else three.
+        """
+        if not self.fuse_qkv:
+            return self.split_heads(self.q_proj(x)), *self.project_kv(x, x)
+        q, k, v = F.linear(x, *self._stacked_qkv()).chunk(3, dim=-1)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[W^Q; W^K; W^V]`` ``[3 d_model, d_model]`` and the stacked biases (or None).
+
+        While gradients are recorded the stack is rebuilt at every call (autograd routes its gradient back to
+        the three layers). Without gradients (decoding) it is kept and reused until a parameter changes: each
+        parameter's storage and in-place version counter are the key.
+        """
+        params = [p for layer in (self.q_proj, self.k_proj, self.v_proj) for p in (layer.weight, layer.bias)
+                  if p is not None]
+
+        def stack() -> tuple[torch.Tensor, torch.Tensor | None]:
+            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            bias = (None if self.q_proj.bias is None
+                    else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
+            return weight, bias
+
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return stack()
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        cached = self.__dict__.get("_qkv_stack")
+        if cached is None or cached[0] != key:
+            cached = (key, *stack())
+            self.__dict__["_qkv_stack"] = cached  # a plain attribute: not a parameter, buffer or state entry
+        return cached[1], cached[2]
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -240,7 +290,9 @@ class MultiHeadAttention(nn.Module):
                 mask = causal_mask(q.shape[-2], device=q.device)
             heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
         else:
-            heads, weights = fast_attention(q, k, v, mask=mask, dropout_p=p, is_causal=is_causal), None
+            if mask is not None:  # q, k, v come from this module's projections; a mask may come from outside
+                check_bool_mask("mask", mask, _scores_shape(q, k))
+            heads, weights = _sdpa(q, k, v, mask, p, is_causal), None
         return self.out_proj(self.merge_heads(heads)), weights
 
     def forward(
@@ -270,7 +322,10 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
             check_bool_mask("mask", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
-        q = self.split_heads(self.q_proj(query))
-        k, v = self.project_kv(key, value)
+        if query is key and key is value:
+            q, k, v = self.project_qkv(query)
+        else:
+            q = self.split_heads(self.q_proj(query))
+            k, v = self.project_kv(key, value)
         out, weights = self.attend(q, k, v, mask=mask, need_weights=need_weights, is_causal=is_causal)
         return (out, weights) if need_weights else out

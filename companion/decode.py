@@ -67,16 +67,22 @@ def _check_inputs(model: object, src: object, max_extra_len: object, bos_id: int
     return src
 
 
-def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                    cache, bos_id: int) -> torch.Tensor:
-    """Log-probabilities of the next token ``[rows, tgt_vocab]`` given the newest tokens ``last [rows, 1]``.
+def _next_logits(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                 cache, bos_id: int) -> torch.Tensor:
+    """Logits of the next token ``[rows, tgt_vocab]`` (float32) given the newest tokens ``last [rows, 1]``.
 
-    ``<pad>`` and ``<bos>`` are never generated: their log-probability is set to -inf.
+    ``<pad>`` and ``<bos>`` are never generated: their logits are set to -inf.
     """
     logits = model.decode(last, memory, src_mask, cache=cache)[:, -1].float()
     logits[:, model.config.pad_id] = float("-inf")
     logits[:, bos_id] = float("-inf")
-    return F.log_softmax(logits, dim=-1)
+    return logits
+
+
+def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+                    cache, bos_id: int) -> torch.Tensor:
+    """Log-probabilities of the next token ``[rows, tgt_vocab]``; ``<pad>`` and ``<bos>`` get -inf."""
+    return F.log_softmax(_next_logits(model, last, memory, src_mask, cache, bos_id), dim=-1)
 
 
 @torch.no_grad()
@@ -96,7 +102,8 @@ def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int =
         cache = model.new_cache()
         last = src.new_full((len(running), 1), bos_id)
         while running:
-            tokens = _next_log_probs(model, last, memory, src_mask, cache, bos_id).argmax(dim=-1)
+            # the most probable token: argmax of the logits (the softmax would not change which one it is)
+            tokens = _next_logits(model, last, memory, src_mask, cache, bos_id).argmax(dim=-1)
             keep = []
             for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
                 if token == eos_id:

@@ -168,8 +168,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
-        q = self.self_attn.split_heads(self.self_attn.q_proj(x))
-        k, v = self.self_attn.project_kv(x, x)
+        q, k, v = self.self_attn.project_qkv(x)
         return self.self_attn.attend(q, k, v, mask=mask, need_weights=need_weights)
 
     def forward(
@@ -229,8 +228,7 @@ class DecoderLayer(nn.Module):
 
     def _self_attend(self, y, cache: KVCache | None, layer: int, need_weights: bool):
         attn = self.self_attn
-        q = attn.split_heads(attn.q_proj(y))
-        k, v = attn.project_kv(y, y)
+        q, k, v = attn.project_qkv(y)
         if cache is None:
             return attn.attend(q, k, v, need_weights=need_weights, is_causal=True)
         past = cache.self_kv[layer]

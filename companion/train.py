@@ -549,6 +549,8 @@ class Trainer:
         nll_acc = torch.zeros((), device=self.device)
         for i, batch in enumerate(group):
             share, weight = self._local_share(batch)
+            if self.device.type == "cuda" and hasattr(share, "pin_memory"):
+                share = share.pin_memory()  # page-locked, so that the copy below is asynchronous
             share = share.to(self.device, non_blocking=True)
             last = i == len(group) - 1
             sync = contextlib.nullcontext()

@@ -61,6 +61,45 @@ def test_matches_torch_multihead_attention(mha, need_weights, padded, self_atten
         torch.testing.assert_close(result[1], expected_weights, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_qkv_projection_equals_three_projections(bias):
+    """One product with the stacked [W^Q; W^K; W^V] gives the same heads, outputs and gradients as three."""
+    fused = MultiHeadAttention(D_MODEL, HEADS, bias=bias).double()
+    separate = MultiHeadAttention(D_MODEL, HEADS, bias=bias, fuse_qkv=False).double()
+    separate.load_state_dict(fused.state_dict())
+    assert fused.fuse_qkv and not separate.fuse_qkv
+    x = torch.randn(BATCH, 6, D_MODEL, dtype=torch.float64)
+    for a, b in zip(fused.project_qkv(x), separate.project_qkv(x)):
+        assert a.shape == (BATCH, HEADS, 6, D_MODEL // HEADS)
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    mask = key_padding(BATCH, 6)
+    fused(x, x, x, mask=mask).square().sum().backward()
+    separate(x, x, x, mask=mask).square().sum().backward()
+    for (name, p_fused), p_separate in zip(fused.named_parameters(), separate.parameters()):
+        torch.testing.assert_close(p_fused.grad, p_separate.grad, atol=1e-10, rtol=0, msg=name)
+
+
+def test_stacked_qkv_weights_kept_for_decoding_follow_parameter_updates():
+    """Without gradients the stacked [W^Q; W^K; W^V] is reused; an in-place update must not leave it stale."""
+    fused = MultiHeadAttention(D_MODEL, HEADS).eval()
+    separate = MultiHeadAttention(D_MODEL, HEADS, fuse_qkv=False).eval()
+    x = torch.randn(BATCH, 5, D_MODEL)
+    optimizer = torch.optim.SGD(fused.parameters(), lr=0.5)
+    for _ in range(2):
+        with torch.no_grad():
+            out = fused(x, x, x)
+            separate.load_state_dict(fused.state_dict())
+            torch.testing.assert_close(out, separate(x, x, x), atol=1e-6, rtol=0)
+        fused(x, x, x).sum().backward()  # with gradients: rebuilt every call, gradients reach q/k/v_proj
+        assert fused.k_proj.weight.grad is not None and fused.k_proj.weight.grad.abs().sum() > 0
+        optimizer.step()  # changes the weights in place
+        optimizer.zero_grad()
+    with torch.no_grad():
+        fused.v_proj.weight.mul_(2.0)
+        separate.load_state_dict(fused.state_dict())
+        torch.testing.assert_close(fused(x, x, x), separate(x, x, x), atol=1e-6, rtol=0)
+
+
 def test_matches_the_papers_per_head_formula(mha):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V),
     where W_i^Q are the rows i*d_k:(i+1)*d_k of q_proj.weight (and likewise for K and V)."""
