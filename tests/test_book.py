@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
+import subprocess
 import sys
+import types
 
 import jupytext
 import nbformat
@@ -41,6 +45,48 @@ def test_first_code_cell_installs_companion_in_colab(md_path):
     first = [c for c in jupytext.read(md_path).cells if c.cell_type == "code"][0]
     assert first.source.strip() == colab_cell.cell_source().strip()
     assert "remove-cell" in first.metadata.get("tags", []), "the Colab cell must be hidden on the website"
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_colab_cell_as_colab_runs_it_clones_installs_and_enters_book(tmp_path, monkeypatch):
+    """Run the cell's code the way Colab would (``google.colab`` imported), with a local clone of this checkout
+    standing in for the configured repository and a temporary folder for /content. Afterwards the kernel works in
+    the clone's book/ folder, where the chapters find bench/results, and pip installed the clone with extras."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    url, branch = colab_cell.repository()
+    content_folder = "/content/" + url.rsplit("/", 1)[-1]
+    remote, folder = tmp_path / "remote", tmp_path / "content" / "clone"
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    subprocess.run(["git", "-C", str(ROOT), "push", "-q", str(remote), f"{head.stdout.strip()}:refs/heads/{branch}"],
+                   check=True)
+    code = TransformerManager().transform_cell(colab_cell.cell_source())  # %pip -> get_ipython().run_line_magic
+    assert code.count(url) == 1 and content_folder in code
+    code = code.replace(url, f"file://{remote}").replace(content_folder, str(folder))
+    magics = []
+    shell = types.SimpleNamespace(run_line_magic=lambda name, line: magics.append((name, line)))
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "colab_cell", "exec"), {"get_ipython": lambda: shell})
+    assert pathlib.Path(os.getcwd()) == folder / "book"
+    assert (folder / "companion" / "__init__.py").exists()
+    assert sorted((folder / "bench" / "results").glob("multi30k_*.json")), "chapter 6 reads these from the clone"
+    assert magics == [("pip", f'install -q "{folder}[data,plots]"')]
+    exec(compile(code, "colab_cell", "exec"), {"get_ipython": lambda: shell})  # a second run: no second clone
+    assert len(magics) == 2
+
+
+def test_colab_cell_does_nothing_outside_colab(monkeypatch, tmp_path):
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    shell = types.SimpleNamespace(run_line_magic=lambda *args: calls.append(args))
+    exec(compile(TransformerManager().transform_cell(colab_cell.cell_source()), "colab_cell", "exec"),
+         {"get_ipython": lambda: shell})
+    assert calls == [] and pathlib.Path(os.getcwd()) == tmp_path
 
 
 def _toc_files(entries) -> list[str]:

@@ -1,4 +1,4 @@
-"""The first (hidden) cell of every chapter: installs `companion` when the notebook runs in Google Colab.
+"""The first (hidden) cell of every chapter: in Google Colab, fetches the repository and installs `companion`.
 
 The repository URL and branch come from `_config.yml`, the single place they are written.
 
@@ -25,13 +25,23 @@ def repository() -> tuple[str, str]:
 
 
 def cell_source() -> str:
+    """The cell: in Colab, clone the repository (the chapters read its committed benchmark results), install
+    ``companion`` from the clone and work from its ``book`` folder; anywhere else, do nothing."""
     url, branch = repository()
+    folder = "/content/" + url.rsplit("/", 1)[-1].removesuffix(".git")
     return (
-        "# Runs only in Google Colab: install the companion package (and its extras) from the repository.\n"
+        "# Runs only in Google Colab: fetch the repository, install the companion package from it, work in book/.\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        f'    %pip install -q "companion[data,plots] @ git+{url}@{branch}"'
+        "    import os\n"
+        "    import subprocess\n"
+        "\n"
+        f'    repository, folder = "{url}", "{folder}"\n'
+        "    if not os.path.isdir(folder):\n"
+        f'        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{branch}", repository, folder], check=True)\n'
+        f'    %pip install -q "{folder}[data,plots]"\n'
+        '    os.chdir(os.path.join(folder, "book"))'
     )
 
 

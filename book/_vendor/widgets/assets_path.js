@@ -25,3 +25,32 @@ document.addEventListener("DOMContentLoaded", function () {
     };
   }
 });
+
+// Widgets draw their figures at run time as <img src="data:..."> without alt text. Name each one after the
+// section it belongs to (the nearest heading above it), as the build does for figures stored in the page.
+(function () {
+  function sectionTitle(node) {
+    var section = node.closest("section");
+    var heading = section && section.querySelector("h1, h2, h3, h4");
+    return heading ? heading.textContent.replace(/#\s*$/, "").trim() : document.title;
+  }
+  function nameImages(root) {
+    var images = root.querySelectorAll ? root.querySelectorAll("img:not([alt]), img[alt='']") : [];
+    images.forEach(function (img) {
+      img.alt = "Interactive figure for the section \u201c" + sectionTitle(img) +
+        "\u201d, redrawn by the widget controls above it";
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    nameImages(document);
+    new MutationObserver(function (changes) {
+      changes.forEach(function (change) {
+        change.addedNodes.forEach(function (node) {
+          if (node.nodeType === 1) {
+            nameImages(node.tagName === "IMG" ? node.parentNode : node);
+          }
+        });
+      });
+    }).observe(document.body, { childList: true, subtree: true });
+  });
+})();
