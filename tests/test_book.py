@@ -89,6 +89,27 @@ def test_colab_cell_does_nothing_outside_colab(monkeypatch, tmp_path):
     assert calls == [] and pathlib.Path(os.getcwd()) == tmp_path
 
 
+def test_colab_cell_write_updates_md_and_ipynb_after_a_url_change(tmp_path, monkeypatch):
+    chapter = CHAPTERS[0]
+    for suffix in (".md", ".ipynb"):
+        shutil.copy(chapter.with_suffix(suffix), tmp_path / (chapter.stem + suffix))
+    copy = tmp_path / chapter.name
+    monkeypatch.setattr(colab_cell, "chapter_paths", lambda: [copy])
+    assert colab_cell.write() == []  # already current: nothing rewritten
+    monkeypatch.setattr(colab_cell, "repository", lambda: ("https://github.com/someone/fork", "dev"))
+    assert colab_cell.write() == [copy.name]
+    md_first = [c for c in jupytext.read(copy).cells if c.cell_type == "code"][0]
+    ipynb_first = [c for c in nbformat.read(copy.with_suffix(".ipynb"), as_version=4).cells
+                   if c.cell_type == "code"][0]
+    assert md_first.source == ipynb_first.source == colab_cell.cell_source()
+    assert '"--branch", "dev"' in md_first.source and "/content/fork" in md_first.source
+    assert "remove-cell" in md_first.metadata.get("tags", [])
+    def others(path):  # every cell but the Colab cell
+        return [c.source for c in jupytext.read(path).cells if "google.colab" not in c.source]
+
+    assert others(copy) == others(chapter)  # only the Colab cell changed
+
+
 def _toc_files(entries) -> list[str]:
     files = []
     for entry in entries:

@@ -4,6 +4,8 @@ The repository URL and branch come from `_config.yml`, the single place they are
 
     python tools/colab_cell.py            # print the cell's source
     python tools/colab_cell.py --check    # exit 1 if a chapter's first cell differs from it
+    python tools/colab_cell.py --write    # after changing the URL or branch: rewrite that cell in every chapter
+                                          # (.md and .ipynb; the cell has no output, so nothing is re-executed)
 """
 
 from __future__ import annotations
@@ -61,10 +63,42 @@ def check() -> list[str]:
     return wrong
 
 
+_MD_HEADER = "```{code-cell} ipython3\n:tags: [remove-cell]\n\n"
+
+
+def write() -> list[str]:
+    """Put the current cell into every chapter's .md and .ipynb (first code cell); returns the changed names."""
+    import nbformat
+
+    new, changed = cell_source(), []
+    for md_path in chapter_paths():
+        text = md_path.read_text(encoding="utf-8")
+        start = text.find(_MD_HEADER)
+        if start < 0:
+            raise SystemExit(f"{md_path.name}: no hidden first code cell ({_MD_HEADER.splitlines()[1]}) to replace")
+        start += len(_MD_HEADER)
+        end = text.index("\n```", start)
+        ipynb_path = md_path.with_suffix(".ipynb")
+        notebook = nbformat.read(ipynb_path, as_version=4)
+        first = next(cell for cell in notebook.cells if cell.cell_type == "code")
+        if text[start:end] == new and first.source == new:
+            continue
+        md_path.write_text(text[:start] + new + text[end:], encoding="utf-8")
+        first.source = new
+        nbformat.write(notebook, ipynb_path)
+        changed.append(md_path.name)
+    return changed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="check every chapter's first code cell")
+    parser.add_argument("--write", action="store_true", help="rewrite every chapter's first code cell")
     args = parser.parse_args()
+    if args.write:
+        for name in write():
+            print(f"updated {name} (and its .ipynb)")
+        return 0
     if args.check:
         wrong = check()
         for name in wrong:
