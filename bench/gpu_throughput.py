@@ -4,7 +4,8 @@
     python bench/gpu_throughput.py --data bench/data/multi30k_de-en.pt    # on the GPU machine: torch only
 
 Trains the paper's base model on length-bucketed Multi30k batches of about ``--max-tokens`` padded tokens per
-side (default 25,000, as in the paper) with bf16 autocast, in eager mode and with ``torch.compile``. For each
+side (default 25,000, as in the paper) with bf16 autocast, in eager mode, with ``torch.compile``, and in eager
+mode without the fused Q/K/V projection (to measure what the fusion brings). For each
 mode it reports target tokens/s, step time, MFU (matmul FLOPs of real tokens, see bench/flops.py, divided by
 the step time and the peak), peak memory, and which scaled-dot-product-attention kernel ran. The peak is
 989e12 bf16 dense FLOP/s (H100/H200 SXM datasheet) unless ``--peak-flops`` says otherwise; the script also
@@ -77,6 +78,10 @@ def matmul_rate(device, size: int = 8192, repeats: int = 20) -> float:
 def run_mode(mode, config, batches, device, args) -> dict:
     torch.manual_seed(0)
     model = companion.Transformer(config).to(device)
+    if mode == "eager-separate-qkv":  # the fused Q/K/V projection switched off: what the fusion brings
+        for module in model.modules():
+            if isinstance(module, companion.MultiHeadAttention):
+                module.fuse_qkv = False
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
                                  fused=device.type == "cuda")
     step_fn = torch.compile(model, dynamic=True) if mode == "compile" else model
@@ -133,12 +138,18 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=25000, help="padded tokens per batch side")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per mode")
     parser.add_argument("--warmup-steps", type=int, default=15, help="untimed steps first (compilation)")
-    parser.add_argument("--modes", default="eager,compile", help="comma-separated: eager, compile")
+    parser.add_argument("--modes", default="eager,compile,eager-separate-qkv",
+                        help="comma-separated: eager, compile, eager-separate-qkv (eager without the fused Q/K/V "
+                             "projection; default: all three)")
     parser.add_argument("--peak-flops", type=float, default=989e12, help="peak bf16 dense FLOP/s for MFU")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU, to test this script")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="results JSON path")
     args = parser.parse_args()
 
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in ("eager", "compile", "eager-separate-qkv"):
+            parser.error(f"--modes takes eager, compile and/or eager-separate-qkv, got {mode!r}")
     if not args.data.exists():
         parser.error(f"--data {args.data} does not exist: create it with bench/prepare_tokens.py")
     if args.smoke:
@@ -164,9 +175,7 @@ def main() -> int:
                "parameters": companion.Transformer(config).num_parameters(), "modes": []}
     if device.type == "cuda":
         results["measured_matmul_flops"] = matmul_rate(device)
-    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-        if mode not in ("eager", "compile"):
-            parser.error(f"--modes takes eager and/or compile, got {mode!r}")
+    for mode in modes:
         outcome = run_mode(mode, config, batches, device, args)
         if "measured_matmul_flops" in results:
             outcome["mfu_vs_measured_matmul"] = outcome["model_flops_per_second"] / results["measured_matmul_flops"]
