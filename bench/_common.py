@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: hardware description, result files, Multi30k token batches."""
+"""Helpers shared by the benchmark scripts: hardware description, result files, token-id files, learning curves."""
 
 from __future__ import annotations
 
@@ -61,3 +61,26 @@ def write_results(name: str, payload: dict[str, Any]) -> pathlib.Path:
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def flatten(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Id lists -> (flat int32 ids, int64 offsets): a compact form that ``torch.load(weights_only=True)`` reads."""
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    return torch.tensor([i for s in sequences for i in s], dtype=torch.int32), offsets
+
+
+def unflatten(flat: torch.Tensor, offsets: torch.Tensor) -> list[list[int]]:
+    """Inverse of :func:`flatten`."""
+    ids, bounds = flat.tolist(), offsets.tolist()
+    return [ids[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+
+
+def learning_curve(run_dir: pathlib.Path) -> dict[str, list]:
+    """A training run's ``metrics.jsonl`` as columns: minutes of training, step, epoch, NLL per target token (mean
+    over the last logging interval, dropout on) and learning rate."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    train = [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "train"]
+    return {"train_minutes": [round(r["train_seconds"] / 60, 3) for r in train], "step": [r["step"] for r in train],
+            "epoch": [round(r["epoch"], 3) for r in train], "nll": [round(r["nll"], 4) for r in train],
+            "lr": [r["lr"] for r in train]}

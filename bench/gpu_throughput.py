@@ -29,15 +29,13 @@ import companion  # noqa: E402
 from companion.data import make_batches  # noqa: E402
 from companion.train import label_smoothed_loss, noam_lr  # noqa: E402
 
-from _common import write_results  # noqa: E402
+from _common import unflatten, write_results  # noqa: E402
 from flops import training_flops  # noqa: E402
 
 
 def load_pairs(path: pathlib.Path) -> tuple[list[tuple[list[int], list[int]]], int]:
     data = torch.load(path, weights_only=True)
-    src, tgt = data["src_flat"].tolist(), data["tgt_flat"].tolist()
-    so, to = data["src_offsets"].tolist(), data["tgt_offsets"].tolist()
-    pairs = [(src[so[i]:so[i + 1]], tgt[to[i]:to[i + 1]]) for i in range(len(so) - 1)]
+    pairs = list(zip(unflatten(data["src_flat"], data["src_offsets"]), unflatten(data["tgt_flat"], data["tgt_offsets"])))
     return pairs, int(data["vocab_size"])
 
 

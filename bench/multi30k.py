@@ -27,6 +27,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -34,7 +35,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware, write_results  # noqa: E402
+from _common import hardware, learning_curve, write_results  # noqa: E402
 
 from companion.__main__ import build_parser, evaluate_checkpoint, run_train  # noqa: E402
 from companion.train import resolve_device  # noqa: E402
@@ -92,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--tag", default="", help="suffix for the run folders and the results file name")
     parser.add_argument("--compare-unaveraged", action="store_true",
                         help="also score the last checkpoint alone (one more decoding pass)")
+    parser.add_argument("--attach-curves", type=Path, nargs="+", metavar="RESULTS_JSON",
+                        help="only add the learning curves to existing results files, from the run logs they name "
+                             "(files written before curves were recorded), then stop")
     return parser.parse_args(argv), extra
 
 
@@ -100,6 +104,19 @@ def default_data_dir() -> str | None:
         return None  # companion.data reads it
     shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
     return str(shared) if (shared / "train.de.gz").is_file() else None
+
+
+def attach_curves(paths: list[Path]) -> None:
+    """Add the learning curve to results files written before they were recorded, from the runs they name."""
+    for path in paths:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for direction, entry in record["results"].items():
+            run_dir = Path(entry["config"]["out"])
+            if not (run_dir / "metrics.jsonl").exists():
+                raise SystemExit(f"{path}: the {direction} run's log {run_dir / 'metrics.jsonl'} is not here")
+            entry["learning_curve"] = learning_curve(run_dir)
+        path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        print(f"attached learning curves to {path}")
 
 
 def train_flags(args: argparse.Namespace, src: str, tgt: str, device: str, minutes: float, out: Path,
@@ -118,6 +135,9 @@ def train_flags(args: argparse.Namespace, src: str, tgt: str, device: str, minut
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
+    if args.attach_curves:
+        attach_curves(args.attach_curves)
+        return 0
     device = resolve_device(args.device).type
     minutes = args.minutes or (10.0 if device == "cuda" else 20.0)
     results: dict[str, dict] = {}
@@ -151,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             "averaged_from": summary.get("averaged_from"),
             "command": "python -m companion " + " ".join(flags),
             "config": given, "example_translations": scored["hypotheses"][:5],
+            "learning_curve": learning_curve(out),
         }
         if args.compare_unaveraged and summary.get("averaged"):
             alone = evaluate_checkpoint(summary["checkpoint"], args.split, data_dir=args.data_dir or default_data_dir(),

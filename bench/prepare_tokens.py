@@ -16,12 +16,7 @@ import torch
 
 from companion.data import SubwordTokenizer, encode_pairs, load_multi30k
 
-
-def flatten(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    flat = torch.tensor([i for s in sequences for i in s], dtype=torch.int32)
-    return flat, offsets
+from _common import flatten
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ from .data import (
     synthetic_pairs,
     tokenizer_from_dict,
 )
-from .decode import beam_search, greedy_decode, length_penalty, score_hypotheses, translate
+from .decode import beam_search, greedy_decode, length_penalty, score_hypotheses, translate, translate_ids
 from .evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
 from .train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
 from .scoring import AdditiveScore, DotScore, GeneralScore, attend
@@ -67,7 +67,7 @@ __all__ = [
     "Tokenizer", "WordTokenizer", "SubwordTokenizer", "tokenizer_from_dict", "DataUnavailableError",
     "load_multi30k", "encode_pairs", "Batch", "make_batches", "synthetic_pairs",
     # decoding and evaluation
-    "greedy_decode", "beam_search", "translate", "length_penalty", "score_hypotheses",
+    "greedy_decode", "beam_search", "translate", "translate_ids", "length_penalty", "score_hypotheses",
     "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
     # training
     "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",

@@ -26,7 +26,8 @@ from ._validation import check_positive_int, check_token_ids
 from .data import BOS_ID, EOS_ID, Tokenizer
 from .model import Transformer
 
-__all__ = ["length_penalty", "max_output_lengths", "greedy_decode", "beam_search", "score_hypotheses", "translate"]
+__all__ = ["length_penalty", "max_output_lengths", "greedy_decode", "beam_search", "score_hypotheses", "translate",
+           "translate_ids"]
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -294,21 +295,40 @@ def translate(model: Transformer, sentences: Sequence[str], src_tokenizer: Token
         raise TypeError("sentences must be a list of strings, got a single string")
     check_positive_int("batch_size", batch_size)
     check_positive_int("beam_size", beam_size)
+    sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
+    ids = translate_ids(model, sources, beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device,
+                        bos_id=tgt_tokenizer.bos_id, eos_id=tgt_tokenizer.eos_id)
+    return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
+
+
+def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_size: int = 4, alpha: float = 0.6,
+                  batch_size: int = 64, device: torch.device | str | None = None, bos_id: int = BOS_ID,
+                  eos_id: int = EOS_ID) -> list[list[int]]:
+    """Decode already tokenized sources (id lists ending in ``<eos>``); returns output ids in the same order.
+
+    The id-level half of :func:`translate`, for machines without the tokenizers' libraries: sources are sorted
+    by length into batches of ``batch_size``, decoded with beam search (``beam_size=1``: greedy search) on
+    ``device`` (default: where the model is), and returned without ``<bos>``/``<eos>``.
+    """
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("beam_size", beam_size)
+    sources = [list(ids) for ids in sources]
+    for i, ids in enumerate(sources):
+        if not ids:
+            raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
-    sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    outputs: list[str] = [""] * len(sources)
+    outputs: list[list[int]] = [[] for _ in sources]
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         src = _right_pad([sources[i] for i in chunk], model.config.pad_id).to(device)
         if beam_size == 1:
-            ids = greedy_decode(model, src, bos_id=tgt_tokenizer.bos_id, eos_id=tgt_tokenizer.eos_id)
+            ids = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
         else:
-            ids = beam_search(model, src, beam_size=beam_size, alpha=alpha, bos_id=tgt_tokenizer.bos_id,
-                              eos_id=tgt_tokenizer.eos_id)
+            ids = beam_search(model, src, beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
         for i, hypothesis in zip(chunk, ids):
-            outputs[i] = tgt_tokenizer.decode(hypothesis)
+            outputs[i] = hypothesis
     return outputs
 
 

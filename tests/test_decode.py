@@ -18,6 +18,7 @@ from companion.decode import (
     max_output_lengths,
     score_hypotheses,
     translate,
+    translate_ids,
 )
 
 
@@ -206,6 +207,20 @@ def test_translate_keeps_order_across_batches(copy_tokenizer):
                             batch_size=batch_size)
             assert out == sentences
     assert translate(copy_model(), [], copy_tokenizer, copy_tokenizer) == []
+
+
+def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
+    sentences = ["apple bear", "fox", "cat dog egg fox apple", "bear cat dog"]
+    sources = [copy_tokenizer.encode(s) + [EOS_ID] for s in sentences]
+    for beam_size in (1, 4):
+        ids = translate_ids(copy_model(), sources, beam_size=beam_size, batch_size=3)
+        assert ids == [copy_tokenizer.encode(s) for s in sentences]  # the copy model copies, order kept
+        assert [copy_tokenizer.decode(i) for i in ids] == translate(copy_model(), sentences, copy_tokenizer,
+                                                                    copy_tokenizer, beam_size=beam_size)
+    with pytest.raises(ValueError, match=r"sources\[1\] is empty"):
+        translate_ids(copy_model(), [[4, EOS_ID], []])
+    with pytest.raises(ValueError, match="batch_size"):
+        translate_ids(copy_model(), sources, batch_size=0)
 
 
 def test_translate_handles_empty_and_overlong_input(copy_tokenizer):
