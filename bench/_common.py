@@ -47,15 +47,20 @@ def command_line() -> str:
     return " ".join(shlex.quote(arg) for arg in ["python", *sys.argv])
 
 
-def write_results(name: str, payload: dict[str, Any]) -> pathlib.Path:
-    """Write ``bench/results/<name>.json`` atomically, with date, hardware and command added."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    record = {
+def with_provenance(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with the date, the command and the hardware of this run in front (payload keys win)."""
+    return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(),
         "hardware": hardware(),
         **payload,
     }
+
+
+def write_results(name: str, payload: dict[str, Any]) -> pathlib.Path:
+    """Write ``bench/results/<name>.json`` atomically, with date, hardware and command added."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record = with_provenance(payload)
     path = RESULTS / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")

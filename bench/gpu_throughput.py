@@ -29,7 +29,7 @@ import companion  # noqa: E402
 from companion.data import make_batches  # noqa: E402
 from companion.train import label_smoothed_loss, noam_lr  # noqa: E402
 
-from _common import unflatten, write_results  # noqa: E402
+from _common import unflatten, with_provenance, write_results  # noqa: E402
 from flops import training_flops  # noqa: E402
 
 
@@ -181,7 +181,7 @@ def main() -> int:
         print(json.dumps(outcome, indent=2), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.out.write_text(json.dumps(with_provenance(results), indent=2) + "\n")  # e.g. $OUT on the GPU machine
         print(f"wrote {args.out}")
     else:
         print(f"wrote {write_results('gpu_throughput' + ('_smoke' if args.smoke else ''), results)}")

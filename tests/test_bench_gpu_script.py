@@ -48,6 +48,7 @@ def test_smoke_mode_measures_eager_with_and_without_fused_qkv(token_file, tmp_pa
         assert 0 < mode["mfu_vs_peak"] < 1
         assert mode["sdpa_backend"] != ""
     assert result["parameters"] > 0 and result["peak_flops"] == 989e12
+    assert {"date", "command", "hardware"} <= set(result), "chapter 7 prints where and how it was measured"
 
 
 def test_unknown_mode_is_refused(token_file):
