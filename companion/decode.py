@@ -86,6 +86,20 @@ def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor
     return F.log_softmax(_next_logits(model, last, memory, src_mask, cache, bos_id), dim=-1)
 
 
+def _record_tokens(tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int],
+                   eos_id: int) -> list[int]:
+    """Greedy bookkeeping for one step: append each running row's new token ``tokens [rows]`` to its sentence's
+    output; returns the rows still decoding (not ended by ``<eos>``, not at their length limit)."""
+    keep = []
+    for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
+        if token == eos_id:
+            continue
+        outputs[sentence].append(token)
+        if len(outputs[sentence]) < limits[sentence]:
+            keep.append(row)
+    return keep
+
+
 @torch.no_grad()
 def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID,
                   eos_id: int = EOS_ID) -> list[list[int]]:
@@ -105,13 +119,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int =
         while running:
             # the most probable token: argmax of the logits (the softmax would not change which one it is)
             tokens = _next_logits(model, last, memory, src_mask, cache, bos_id).argmax(dim=-1)
-            keep = []
-            for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
-                if token == eos_id:
-                    continue
-                outputs[sentence].append(token)
-                if len(outputs[sentence]) < limits[sentence]:
-                    keep.append(row)
+            keep = _record_tokens(tokens, running, outputs, limits, eos_id)
             if len(keep) < len(running):
                 index = torch.tensor(keep, dtype=torch.long, device=src.device)
                 cache.reorder(index)

@@ -30,6 +30,16 @@ def _seed() -> None:
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread for the test: tiny models run many small ops, and on a shared 2-core CPU several
+    threads per op mostly wait for each other. Modules that want it everywhere use ``pytestmark``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def tiny_config() -> Callable[..., TransformerConfig]:
     """Factory for a tiny :class:`TransformerConfig` (d_model=16, 4 heads, 2+2 layers); keywords override."""
 

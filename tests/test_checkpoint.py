@@ -28,12 +28,7 @@ from companion.data import WordTokenizer, make_batches, synthetic_pairs
 from companion.train import TrainConfig, Trainer
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(seed: int = 0, **overrides) -> Transformer:

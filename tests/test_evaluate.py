@@ -17,12 +17,7 @@ HYPOTHESES = ["The cat sat on the mat.", "A dog is running in the park!", "Two p
 REFERENCES = ["The cat is sitting on the mat.", "A dog runs in a park!", "Two people are talking."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_bleu_of_identical_text_is_100_with_a_signature():

@@ -21,15 +21,6 @@ from companion.lm import (
 VOCAB = 17
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models train faster on one thread (and do not fight other processes for the cores)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def make_lm(causal: bool = True, **overrides) -> DecoderOnlyLM:
     settings = dict(vocab_size=VOCAB, d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=24, causal=causal)
     settings.update(overrides)

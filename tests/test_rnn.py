@@ -23,13 +23,7 @@ VOCAB = 11
 MODELS = [EncoderDecoder, AttentionEncoderDecoder]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models run thousands of tiny ops: one thread avoids oversubscription on a shared CPU (>10x faster)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(cls, **kwargs):

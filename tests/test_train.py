@@ -24,13 +24,7 @@ from companion.train import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One intra-op thread: steadier timings on a shared CPU (and no oversubscription)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_model(vocab: int = 20, **overrides) -> Transformer:
