@@ -60,8 +60,7 @@ CHECKPOINT_FORMAT_VERSION = 1
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint file is unreadable (truncated, corrupt, not a checkpoint) or does not fit the model."""
+from .errors import CheckpointError  # noqa: E402  (re-exported: its home was this module)
 
 
 # --------------------------------------------------------------------------------------------------------

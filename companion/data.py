@@ -410,8 +410,7 @@ _HOW_TO_GET = (
 )
 
 
-class DataUnavailableError(RuntimeError):
-    """Multi30k could be found neither in a local folder nor on the (reachable) Hugging Face hub."""
+from .errors import DataUnavailableError  # noqa: E402  (re-exported: its home was this module)
 
 
 def load_multi30k(src: str = "en", tgt: str = "de",

@@ -149,8 +149,7 @@ def label_smoothed_loss(
 # --------------------------------------------------------------------------------------------------------
 # Devices and distributed setup
 # --------------------------------------------------------------------------------------------------------
-class DeviceUnavailableError(RuntimeError):
-    """The requested device (CUDA, MPS) is not available on this machine."""
+from .errors import DeviceUnavailableError  # noqa: E402  (re-exported: its home was this module)
 
 
 def _mps_available() -> bool:
@@ -235,8 +234,7 @@ def _distributed() -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------------------
 # Configuration and errors
 # --------------------------------------------------------------------------------------------------------
-class TrainingDivergedError(FloatingPointError):
-    """The training loss became NaN or infinite; the weights are left as they were before that step."""
+from .errors import TrainingDivergedError  # noqa: E402  (re-exported: its home was this module)
 
 
 @dataclass

@@ -1,0 +1,42 @@
+"""The package's own exceptions, all under one base class :class:`CompanionError`.
+
+Each keeps the built-in class it used to be (``CheckpointError`` is still a ``ValueError``, and so on), so
+``except ValueError`` written against earlier versions keeps working, while ``except CompanionError`` catches
+every error that ``companion`` raises on purpose (the command line catches exactly these; anything else is a
+bug and keeps its traceback).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompanionError",
+    "CheckpointError",
+    "DataUnavailableError",
+    "DeviceUnavailableError",
+    "TrainingDivergedError",
+    "RunError",
+]
+
+
+class CompanionError(Exception):
+    """Base class of every error that ``companion`` raises deliberately."""
+
+
+class CheckpointError(CompanionError, ValueError):
+    """A checkpoint file is unreadable (truncated, corrupt, not a checkpoint) or does not fit the model."""
+
+
+class DataUnavailableError(CompanionError, RuntimeError):
+    """Multi30k could be found neither in a local folder nor on the (reachable) Hugging Face hub."""
+
+
+class DeviceUnavailableError(CompanionError, RuntimeError):
+    """The requested device (CUDA, MPS) is not available on this machine."""
+
+
+class TrainingDivergedError(CompanionError, FloatingPointError):
+    """Training produced a non-finite loss, gradient or parameter; the weights are left as before that step."""
+
+
+class RunError(CompanionError):
+    """A training, translation or evaluation run cannot start or continue (bad folder, options, or state)."""
