@@ -1,4 +1,5 @@
-"""Tests for companion.rnn: GRU encoder-decoders with and without additive attention, synthetic tasks, training."""
+"""Tests for companion.experiments.rnn: GRU encoder-decoders with and without additive attention, synthetic
+tasks, training."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from companion import data
-from companion.rnn import (
+from companion.experiments.rnn import (
     BOS_ID,
     EOS_ID,
     FIRST_SYMBOL_ID,

@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from ._validation import check_tensor
-from .attention import MultiHeadAttention
+from .._validation import check_tensor
+from ..attention import MultiHeadAttention
 
 __all__ = [
     "HeadId",

@@ -23,10 +23,10 @@ from typing import Sequence
 
 import torch
 
-from ._validation import check_positive_int
-from .data import BOS_ID, EOS_ID, SPECIAL_TOKENS, synthetic_pairs
-from .decode import _eval_mode, greedy_decode
-from .model import Transformer
+from .._validation import check_positive_int
+from ..data import BOS_ID, EOS_ID, SPECIAL_TOKENS, synthetic_pairs
+from ..decode import _eval_mode, greedy_decode
+from ..model import Transformer
 
 __all__ = ["LengthResult", "length_report", "position_accuracy"]
 

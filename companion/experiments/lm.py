@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_positive_int, check_token_ids
-from .train import warmup_cosine
-from .attention import causal_mask
-from .data import PAD_ID, SPECIAL_TOKENS, Tokenizer
-from .model import Encoder, TransformerConfig
-from .positional import LearnedPositionalEncoding, PositionalEncoding
+from .._validation import check_positive_int, check_token_ids
+from ..train import warmup_cosine
+from ..attention import causal_mask
+from ..data import PAD_ID, SPECIAL_TOKENS, Tokenizer
+from ..model import Encoder, TransformerConfig
+from ..positional import LearnedPositionalEncoding, PositionalEncoding
 
 __all__ = [
     "CharTokenizer",

@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
-from .train import warmup_cosine
-from .attention import MultiHeadAttention
-from .model import Encoder, TransformerConfig
-from .positional import LearnedPositionalEncoding
+from .._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
+from ..train import warmup_cosine
+from ..attention import MultiHeadAttention
+from ..model import Encoder, TransformerConfig
+from ..positional import LearnedPositionalEncoding
 
 __all__ = [
     "PointerTask",

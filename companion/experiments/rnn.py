@@ -7,8 +7,8 @@ Two small, batch-first GRU models for sequence-to-sequence tasks, built to be co
   ``c`` and also reads it at every step, but never sees the individual source positions.
 * :class:`AttentionEncoderDecoder` - the "RNNsearch" model of Bahdanau et al. (2014): before emitting target
   token ``i`` the decoder scores every encoder state ``h_j`` against its previous state ``s_{i-1}`` with the
-  additive score ``v^T tanh(W_q s_{i-1} + W_k h_j)`` (:class:`companion.scoring.AdditiveScore`), takes the
-  softmax-weighted average ``c_i`` of the encoder states, and reads ``c_i`` instead of a single ``c``.
+  additive score ``v^T tanh(W_q s_{i-1} + W_k h_j)`` (:class:`companion.experiments.scoring.AdditiveScore`),
+  takes the softmax-weighted average ``c_i`` of the encoder states, and reads ``c_i`` instead of a single ``c``.
 
 Both share :class:`GRUEncoder` (optionally bidirectional, padding-aware), teacher-forced ``forward`` for
 training, step-by-step ``greedy_decode`` for inference, and the special token ids of
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_positive_int, check_token_ids
-from .data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
+from .._validation import check_positive_int, check_token_ids
+from ..data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
 from .scoring import AdditiveScore, attend
 
 __all__ = [

@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from ._validation import check_bool_mask, check_last_dim, check_positive_int, check_tensor
+from .._validation import check_bool_mask, check_last_dim, check_positive_int, check_tensor
 
 __all__ = ["AdditiveScore", "GeneralScore", "DotScore", "attend"]
 
