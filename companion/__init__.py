@@ -4,7 +4,14 @@ The public API mirrors the chapters: attention and masks (chapters 2-3), multi-h
 positional encodings (chapter 5), and the full encoder-decoder model (chapter 6).
 """
 
-from .attention import MultiHeadAttention, causal_mask, fast_attention, padding_mask, scaled_dot_product_attention
+from .attention import (
+    AttentionCache,
+    MultiHeadAttention,
+    causal_mask,
+    fast_attention,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 from .model import (
     Decoder,
     DecoderLayer,
@@ -51,6 +58,7 @@ __all__ = [
     "causal_mask",
     "padding_mask",
     "MultiHeadAttention",
+    "AttentionCache",
     "sinusoidal_encoding",
     "PositionalEncoding",
     "LearnedPositionalEncoding",

@@ -17,6 +17,8 @@ the output. :class:`MultiHeadAttention` uses the fast path unless the weights ar
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +31,7 @@ __all__ = [
     "fast_attention",
     "causal_mask",
     "padding_mask",
+    "AttentionCache",
     "MultiHeadAttention",
 ]
 
@@ -163,6 +166,41 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
     return out
 
 
+@dataclass
+class AttentionCache:
+    """Projected keys and values that one attention layer keeps between decoding steps.
+
+    For incremental decoding, :meth:`MultiHeadAttention.forward` reads and extends this object:
+
+    * a **self-attention** cache (``static=False``) grows by the new positions at every call: ``key`` and
+      ``value`` are ``[batch, heads, t, d_head]`` for the ``t`` positions decoded so far;
+    * a **cross-attention** cache (``static=True``) is filled once from the encoder memory at the first call
+      and reused unchanged afterwards (the memory does not change while a sentence is decoded).
+
+    Both are exact: a position's key and value depend only on that position's input, so computing them once
+    and keeping them gives the same numbers as recomputing the whole prefix.
+    """
+
+    static: bool = False
+    key: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Number of cached key positions (0 when empty)."""
+        return 0 if self.key is None else self.key.shape[-2]
+
+    @property
+    def batch_size(self) -> int | None:
+        """Rows held (None when empty)."""
+        return None if self.key is None else self.key.shape[0]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` ``[rows]`` (beam re-ranking, or dropping finished sentences)."""
+        if self.key is not None and self.value is not None:
+            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+
 class MultiHeadAttention(nn.Module):
     r"""Multi-head attention :math:`\mathrm{Concat}(\mathrm{head}_1..\mathrm{head}_h)W^O` (section 3.2.2).
 
@@ -170,10 +208,15 @@ class MultiHeadAttention(nn.Module):
     per-head projections are stored as one ``nn.Linear(d_model, d_model)`` each for Q, K and V (``q_proj``,
     ``k_proj``, ``v_proj``); head i uses rows ``i*d_k:(i+1)*d_k`` of each weight. ``out_proj`` is W^O.
 
-    For self-attention (query, key and value are the same tensor), :meth:`project_qkv` computes the three
-    projections as one matrix product with the stacked weight ``[W^Q; W^K; W^V]`` (``[3 d_model, d_model]``)
-    when ``fuse_qkv`` is True: the same numbers up to rounding, one large product instead of three small ones.
-    The parameters stay three separate ``nn.Linear`` layers either way, so checkpoints do not depend on it.
+    :meth:`forward` is the one entry point: the encoder and decoder layers of :class:`~companion.Transformer`
+    call it exactly as a reader does, with an optional :class:`AttentionCache` for token-by-token decoding.
+    Two performance details live behind it and change no result beyond rounding:
+
+    * without ``need_weights`` the heads go through PyTorch's fused kernel (:func:`fast_attention`); with it,
+      through the explicit reference :func:`scaled_dot_product_attention`, which returns the weights;
+    * for self-attention (``query is key is value``) with ``fuse_qkv=True``, Q, K and V come from one matrix
+      product with the stacked weight ``[W^Q; W^K; W^V]`` (``[3 d_model, d_model]``) instead of three (see
+      :meth:`project_qkv`). The parameters stay three ``nn.Linear`` layers, so checkpoints do not depend on it.
 
     Args:
         d_model: model width.
@@ -203,10 +246,64 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self._stack = _StackedProjection((self.q_proj, self.k_proj, self.v_proj))
 
-    # -- shape helpers -------------------------------------------------------------------------------
+    # -- the entry point ---------------------------------------------------------------------------------
+    @overload
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, need_weights: Literal[False] = False, is_causal: bool = False,
+                cache: AttentionCache | None = None) -> torch.Tensor: ...
+
+    @overload
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, *, need_weights: Literal[True], is_causal: bool = False,
+                cache: AttentionCache | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        is_causal: bool = False,
+        cache: AttentionCache | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Multi-head attention of ``query`` over ``key``/``value``.
+
+        Args:
+            query: ``[batch, m, d_model]``.
+            key, value: ``[batch, n, d_model]``; pass the same tensor three times for self-attention.
+            mask: boolean, 2-D ``[m, n]`` or 4-D broadcastable to ``[batch, heads, m, n]`` (e.g.
+                ``[batch, 1, 1, n]`` for key padding); True = may attend. With a self-attention cache, ``n``
+                counts the cached positions too.
+            need_weights: also return the attention weights (uses the explicit reference path).
+            is_causal: causal self-attention without materialising the mask (query position i attends to keys
+                ``<= i``; with a cache, to every cached key and the new ones up to its own position).
+            cache: an :class:`AttentionCache` for incremental decoding. Self-attention appends the new keys and
+                values to it and attends over all of them; a ``static`` cache (cross-attention) is filled from
+                ``key``/``value`` at the first call and reused afterwards.
+
+        Returns:
+            ``output [batch, m, d_model]``; with ``need_weights=True`` the pair
+            ``(output, weights [batch, heads, m, n])`` (the foundation API; the flag is a literal at every call
+            site, so the type is known statically).
+        """
+        self._check_inputs(query, key, value, cache)
+        q, k, v = self._project(query, key, value, cache)
+        if cache is not None and not cache.static:
+            mask, is_causal = self._extend_self_cache(cache, q, k, v, mask, is_causal, need_weights)
+            k, v = cache.key, cache.value
+        if mask is not None:
+            check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
+            check_bool_mask("mask", mask, (query.shape[0], self.num_heads, q.shape[-2], k.shape[-2]))
+        _check_causal(is_causal, mask, q, k)
+        out, weights = self.attend(q, k, v, mask=mask, need_weights=need_weights, is_causal=is_causal)
+        return (out, weights) if need_weights else out
+
+    # -- steps of forward, public for teaching ---------------------------------------------------------
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``[batch, seq, d_model]`` -> ``[batch, heads, seq, d_head]``."""
+        """``[batch, seq, d_model]`` -> ``[batch, heads, seq, d_head]`` (a view: nothing is copied)."""
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.d_head).transpose(1, 2)
 
@@ -226,35 +323,66 @@ class MultiHeadAttention(nn.Module):
         """
         if not self.fuse_qkv:
             return self.split_heads(self.q_proj(x)), *self.project_kv(x, x)
-        q, k, v = F.linear(x, *self._stacked_qkv()).chunk(3, dim=-1)
+        q, k, v = F.linear(x, *self._stack()).chunk(3, dim=-1)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
-    def _stacked_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``[W^Q; W^K; W^V]`` ``[3 d_model, d_model]`` and the stacked biases (or None).
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention over already projected heads ``[batch, heads, seq, d_head]``; returns merged output
+        ``[batch, m, d_model]`` (after ``out_proj``) and the weights ``[batch, heads, m, n]`` or None."""
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            if is_causal:
+                mask = causal_mask(q.shape[-2], device=q.device)
+            heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
+        else:
+            heads, weights = _sdpa(q, k, v, mask, p, is_causal), None
+        return self.out_proj(self.merge_heads(heads)), weights
 
-        While gradients are recorded the stack is rebuilt at every call (autograd routes its gradient back to
-        the three layers). Without gradients (decoding) it is kept and reused until a parameter changes: each
-        parameter's storage and in-place version counter are the key.
+    # -- internals -----------------------------------------------------------------------------------------
+    def _project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 cache: AttentionCache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q ``[batch, heads, m, d_head]`` and the new k, v (a filled static cache supplies k, v instead)."""
+        if cache is not None and cache.static:
+            q = self.split_heads(self.q_proj(query))
+            if cache.key is None:
+                cache.key, cache.value = self.project_kv(key, value)
+            assert cache.key is not None and cache.value is not None
+            return q, cache.key, cache.value
+        if query is key and key is value:
+            return self.project_qkv(query)
+        return (self.split_heads(self.q_proj(query)), *self.project_kv(key, value))
+
+    @staticmethod
+    def _extend_self_cache(cache: AttentionCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           mask: torch.Tensor | None, is_causal: bool,
+                           need_weights: bool) -> tuple[torch.Tensor | None, bool]:
+        """Append the new keys/values to ``cache``; turn ``is_causal`` into the mask for the new positions.
+
+        New position ``offset + i`` may attend to every cached position and to new positions ``<= i``. One new
+        position (the usual decoding step) needs no mask at all, unless the weights are asked for.
         """
-        params = [p for layer in (self.q_proj, self.k_proj, self.v_proj) for p in (layer.weight, layer.bias)
-                  if p is not None]
+        offset = cache.length
+        if offset:
+            k, v = torch.cat([cache.key, k], dim=-2), torch.cat([cache.value, v], dim=-2)  # type: ignore[list-item]
+        cache.key, cache.value = k, v
+        if not is_causal or offset == 0:
+            return mask, is_causal
+        t_new = q.shape[-2]
+        if t_new == 1 and not need_weights and mask is None:
+            return None, False
+        causal = causal_mask(offset + t_new, device=q.device)[offset:]
+        return (causal if mask is None else mask & causal), False
 
-        def stack() -> tuple[torch.Tensor, torch.Tensor | None]:
-            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-            bias = (None if self.q_proj.bias is None
-                    else torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))
-            return weight, bias
-
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return stack()
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        cached = self.__dict__.get("_qkv_stack")
-        if cached is None or cached[0] != key:
-            cached = (key, *stack())
-            self.__dict__["_qkv_stack"] = cached  # a plain attribute: not a parameter, buffer or state entry
-        return cached[1], cached[2]
-
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      cache: AttentionCache | None) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, dims=3)
             check_last_dim(name, x, self.d_model)
@@ -271,61 +399,62 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"query and key must hold at least one position, got {tuple(query.shape)}, {tuple(key.shape)}"
             )
+        dtypes = {query.dtype, key.dtype, value.dtype}
+        if not all(d.is_floating_point for d in dtypes):
+            raise TypeError(f"query, key and value must be floating point, got {query.dtype}, {key.dtype}, "
+                            f"{value.dtype}")
+        weight_dtype = self.q_proj.weight.dtype
+        if dtypes != {weight_dtype} and not _autocast_enabled(query.device.type):
+            raise TypeError(
+                f"query, key and value must have the module's dtype {weight_dtype}, got {query.dtype}, "
+                f"{key.dtype}, {value.dtype} (convert them, or the module with .to(dtype), or use torch.autocast)"
+            )
+        if cache is not None:
+            if not isinstance(cache, AttentionCache):
+                raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
+            if cache.batch_size is not None and cache.batch_size != query.shape[0]:
+                raise ValueError(
+                    f"cache holds {cache.batch_size} rows but query has batch size {query.shape[0]}: reorder the "
+                    "cache (cache.reorder(index)) when rows are dropped or re-ranked, or start a new one"
+                )
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        is_causal: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention over already projected heads ``[batch, heads, seq, d_head]``; returns merged output
-        ``[batch, m, d_model]`` (after ``out_proj``) and the weights ``[batch, heads, m, n]`` or None."""
-        p = self.dropout if self.training else 0.0
-        _check_causal(is_causal, mask, q, k)
-        if need_weights:
-            if is_causal:
-                mask = causal_mask(q.shape[-2], device=q.device)
-            heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=p)
-        else:
-            if mask is not None:  # q, k, v come from this module's projections; a mask may come from outside
-                check_bool_mask("mask", mask, _scores_shape(q, k))
-            heads, weights = _sdpa(q, k, v, mask, p, is_causal), None
-        return self.out_proj(self.merge_heads(heads)), weights
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        is_causal: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Multi-head attention.
+def _autocast_enabled(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (mixed dtypes are then expected)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no argument (and answers for CUDA)
+        return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
-        Args:
-            query: ``[batch, m, d_model]``.
-            key, value: ``[batch, n, d_model]``.
-            mask: boolean, 2-D ``[m, n]`` or 4-D broadcastable to ``[batch, heads, m, n]`` (e.g.
-                ``[batch, 1, 1, n]`` for key padding, ``[m, n]`` for causality); True = may attend.
-            need_weights: also return the attention weights (uses the explicit reference path).
-            is_causal: apply a causal mask without materialising it (self-attention, m == n).
 
-        Returns:
-            ``output [batch, m, d_model]``, or ``(output, weights [batch, heads, m, n])`` when
-            ``need_weights`` is True.
-        """
-        self._check_inputs(query, key, value)
-        if mask is not None:
-            check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
-            check_bool_mask("mask", mask, (query.shape[0], self.num_heads, query.shape[1], key.shape[1]))
-        if query is key and key is value:
-            q, k, v = self.project_qkv(query)
-        else:
-            q = self.split_heads(self.q_proj(query))
-            k, v = self.project_kv(key, value)
-        out, weights = self.attend(q, k, v, mask=mask, need_weights=need_weights, is_causal=is_causal)
-        return (out, weights) if need_weights else out
+class _StackedProjection:
+    """The stacked weight ``[W^Q; W^K; W^V]`` ``[3 d_model, d_model]`` (and biases) of three ``nn.Linear``.
+
+    A performance detail of :meth:`MultiHeadAttention.project_qkv`. While gradients are recorded the stack is
+    rebuilt at every call (autograd routes its gradient back to the three layers). Without gradients
+    (decoding) it is kept and reused until a parameter changes; each parameter's storage, in-place version
+    counter, dtype and device form the key, so optimizer steps, in-place edits and ``.to()`` all invalidate it.
+    """
+
+    def __init__(self, layers: tuple[nn.Linear, nn.Linear, nn.Linear]) -> None:
+        self._layers = layers
+        self._key: tuple | None = None
+        self._value: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for layer in self._layers for p in (layer.weight, layer.bias) if p is not None]
+
+    def _build(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        weight = torch.cat([layer.weight for layer in self._layers])
+        biases = [layer.bias for layer in self._layers]
+        bias = None if any(b is None for b in biases) else torch.cat(biases)  # type: ignore[arg-type]
+        return weight, bias
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        params = self._params()
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return self._build()
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        if self._value is None or key != self._key:
+            self._key, self._value = key, self._build()
+        return self._value

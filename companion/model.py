@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
-from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .attention import AttentionCache, MultiHeadAttention, padding_mask
 from .positional import LearnedPositionalEncoding, PositionalEncoding
 
 __all__ = [
@@ -168,8 +168,9 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
-        q, k, v = self.self_attn.project_qkv(x)
-        return self.self_attn.attend(q, k, v, mask=mask, need_weights=need_weights)
+        if need_weights:
+            return self.self_attn(x, x, x, mask=mask, need_weights=True)
+        return self.self_attn(x, x, x, mask=mask), None
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
@@ -190,26 +191,38 @@ class EncoderLayer(nn.Module):
 
 
 class KVCache:
-    """Keys and values of earlier decoder positions, for incremental (token-by-token) decoding.
+    """The decoder's :class:`~companion.attention.AttentionCache` objects, one pair per layer, for incremental
+    (token-by-token) decoding with :meth:`Transformer.decode`.
 
-    ``self_kv[i]`` holds layer i's self-attention keys and values ``[batch, heads, t, d_head]`` for the t
-    positions decoded so far; ``cross_kv[i]`` holds the projected encoder memory, computed once. ``length`` counts
-    the target positions already decoded (it also gives the position of the next token).
+    ``self_attn[i]`` grows by one position per step (layer i's self-attention keys and values
+    ``[batch, heads, t, d_head]``); ``cross_attn[i]`` holds the projected encoder memory, computed at the first
+    step and reused. ``length`` counts the target positions already decoded (it also gives the position of the
+    next token).
     """
 
     def __init__(self, num_layers: int) -> None:
-        self.self_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
-        self.cross_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+        self.self_attn = [AttentionCache() for _ in range(num_layers)]
+        self.cross_attn = [AttentionCache(static=True) for _ in range(num_layers)]
         self.length = 0
+
+    @property
+    def self_kv(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Per layer ``(keys, values)`` of the self-attention cache, or None before the first step."""
+        return [_pair(c) for c in self.self_attn]
+
+    @property
+    def cross_kv(self) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Per layer ``(keys, values)`` of the projected encoder memory, or None before the first step."""
+        return [_pair(c) for c in self.cross_attn]
 
     def reorder(self, index: torch.Tensor, include_cross: bool = True) -> None:
         """Select batch rows ``index`` (beam search re-ranking or dropping finished sentences)."""
-        def pick(pair):
-            return None if pair is None else (pair[0].index_select(0, index), pair[1].index_select(0, index))
+        for cache in self.self_attn + (self.cross_attn if include_cross else []):
+            cache.reorder(index)
 
-        self.self_kv = [pick(p) for p in self.self_kv]
-        if include_cross:
-            self.cross_kv = [pick(p) for p in self.cross_kv]
+
+def _pair(cache: AttentionCache) -> tuple[torch.Tensor, torch.Tensor] | None:
+    return None if cache.key is None or cache.value is None else (cache.key, cache.value)
 
 
 class DecoderLayer(nn.Module):
@@ -227,32 +240,16 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def _self_attend(self, y, cache: KVCache | None, layer: int, need_weights: bool):
-        attn = self.self_attn
-        q, k, v = attn.project_qkv(y)
-        if cache is None:
-            return attn.attend(q, k, v, need_weights=need_weights, is_causal=True)
-        past = cache.self_kv[layer]
-        offset = 0 if past is None else past[0].shape[-2]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
-        cache.self_kv[layer] = (k, v)
-        t_new = q.shape[-2]
-        # New position offset+i may attend to every cached position and to new positions <= i.
-        mask = None
-        if t_new > 1 or need_weights:
-            mask = causal_mask(offset + t_new, device=q.device)[offset:]
-        return attn.attend(q, k, v, mask=mask, need_weights=need_weights)
+        layer_cache = None if cache is None else cache.self_attn[layer]
+        if need_weights:
+            return self.self_attn(y, y, y, need_weights=True, is_causal=True, cache=layer_cache)
+        return self.self_attn(y, y, y, is_causal=True, cache=layer_cache), None
 
     def _cross_attend(self, y, memory, memory_mask, cache: KVCache | None, layer: int, need_weights: bool):
-        attn = self.cross_attn
-        q = attn.split_heads(attn.q_proj(y))
-        if cache is not None and cache.cross_kv[layer] is not None:
-            k, v = cache.cross_kv[layer]
-        else:
-            k, v = attn.project_kv(memory, memory)
-            if cache is not None:
-                cache.cross_kv[layer] = (k, v)
-        return attn.attend(q, k, v, mask=memory_mask, need_weights=need_weights)
+        layer_cache = None if cache is None else cache.cross_attn[layer]
+        if need_weights:
+            return self.cross_attn(y, memory, memory, mask=memory_mask, need_weights=True, cache=layer_cache)
+        return self.cross_attn(y, memory, memory, mask=memory_mask, cache=layer_cache), None
 
     def forward(
         self,

@@ -7,7 +7,14 @@ import pytest
 import torch
 from torch import nn
 
-from companion import EncoderLayer, MultiHeadAttention, TransformerConfig, causal_mask, scaled_dot_product_attention
+from companion import (
+    AttentionCache,
+    EncoderLayer,
+    MultiHeadAttention,
+    TransformerConfig,
+    causal_mask,
+    scaled_dot_product_attention,
+)
 
 D_MODEL, HEADS, BATCH = 16, 4, 3
 
@@ -244,3 +251,51 @@ def test_dropout_only_in_training_mode():
     mha.eval()
     torch.testing.assert_close(mha(x, x, x), mha(x, x, x), atol=0, rtol=0)
     torch.testing.assert_close(mha(x, x, x), mha(x, x, x, need_weights=True)[0], atol=1e-5, rtol=0)
+
+
+def test_forward_with_a_self_attention_cache_equals_causal_attention_over_the_whole_prefix():
+    """Feeding positions one (or several) at a time through an AttentionCache gives the causal result."""
+    mha = MultiHeadAttention(D_MODEL, HEADS).eval()
+    x = torch.randn(BATCH, 6, D_MODEL)
+    full, full_weights = mha(x, x, x, is_causal=True, need_weights=True)
+    cache = AttentionCache()
+    steps = [x[:, :2], x[:, 2:3], x[:, 3:6]]  # a two-position prompt, one step, then three at once
+    outs = [mha(s, s, s, is_causal=True, cache=cache) for s in steps]
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.length == 6 and cache.key.shape == (BATCH, HEADS, 6, D_MODEL // HEADS)
+    cache = AttentionCache()
+    mha(x[:, :5], x[:, :5], x[:, :5], is_causal=True, cache=cache)
+    last, weights = mha(x[:, 5:], x[:, 5:], x[:, 5:], is_causal=True, cache=cache, need_weights=True)
+    torch.testing.assert_close(weights[:, :, 0], full_weights[:, :, 5], atol=1e-6, rtol=0)
+
+
+def test_static_cache_projects_the_memory_once_and_reuses_it():
+    mha = MultiHeadAttention(D_MODEL, HEADS).eval()
+    y, memory = torch.randn(BATCH, 3, D_MODEL), torch.randn(BATCH, 7, D_MODEL)
+    cache = AttentionCache(static=True)
+    first = mha(y[:, :1], memory, memory, cache=cache)
+    stored = cache.key
+    second = mha(y[:, 1:], memory * 0.0, memory * 0.0, cache=cache)  # memory ignored once the cache is filled
+    assert cache.key is stored
+    torch.testing.assert_close(torch.cat([first, second], dim=1), mha(y, memory, memory), atol=1e-5, rtol=0)
+
+
+def test_cache_reused_with_another_batch_size_is_a_clear_error():
+    mha = MultiHeadAttention(D_MODEL, HEADS).eval()
+    cache = AttentionCache()
+    x = torch.randn(BATCH, 2, D_MODEL)
+    mha(x, x, x, is_causal=True, cache=cache)
+    y = torch.randn(BATCH + 1, 1, D_MODEL)
+    with pytest.raises(ValueError, match=f"cache holds {BATCH} rows but query has batch size {BATCH + 1}"):
+        mha(y, y, y, is_causal=True, cache=cache)
+    with pytest.raises(TypeError, match="cache must be an AttentionCache"):
+        mha(x, x, x, cache={"key": None})
+
+
+def test_inputs_of_another_dtype_are_a_clear_type_error():
+    mha = MultiHeadAttention(D_MODEL, HEADS)
+    x = torch.randn(BATCH, 2, D_MODEL)
+    with pytest.raises(TypeError, match="module's dtype torch.float32, got torch.float64"):
+        mha(x.double(), x.double(), x.double())
+    with pytest.raises(TypeError, match="must be floating point"):
+        mha(x.long(), x.long(), x.long())
