@@ -28,9 +28,18 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import write_results  # noqa: E402
 
-from companion.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint  # noqa: E402
+from companion.checkpoint import (  # noqa: E402
+    load_checkpoint,
+    model_from_checkpoint,
+    tokenizers_from_checkpoint,
+)
 from companion.data import BOS_ID, EOS_ID, load_multi30k  # noqa: E402
-from companion.decode import _record_tokens, beam_search, greedy_decode, max_output_lengths  # noqa: E402
+from companion.decode import (  # noqa: E402
+    beam_search,
+    greedy_decode,
+    max_output_lengths,
+    record_greedy_step,
+)
 
 
 def next_token_recompute(model, prefix: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -55,7 +64,7 @@ def greedy_recompute(model, src: torch.Tensor, max_extra_len: int = 50) -> list[
     prefix = src.new_full((len(running), 1), BOS_ID)
     while running:
         tokens = next_token_recompute(model, prefix, memory, src_mask)
-        keep = _record_tokens(tokens, running, outputs, limits, EOS_ID)  # the same bookkeeping as greedy_decode
+        keep = record_greedy_step(tokens, running, outputs, limits, EOS_ID)  # the same bookkeeping as greedy_decode
         index = torch.tensor(keep, dtype=torch.long)
         prefix = torch.cat([prefix, tokens[:, None]], dim=1)[index]
         memory, src_mask = memory[index], src_mask[index]

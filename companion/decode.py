@@ -15,18 +15,17 @@ Neither search emits ``<pad>`` or ``<bos>``; the returned id lists hold neither 
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from ._validation import check_positive_int, check_token_ids
-from .data import BOS_ID, EOS_ID, Tokenizer
-from .model import Transformer
+from .data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
+from .model import Transformer, eval_mode
 
-__all__ = ["length_penalty", "max_output_lengths", "greedy_decode", "beam_search", "score_hypotheses", "translate",
+__all__ = ["length_penalty", "max_output_lengths", "record_greedy_step", "greedy_decode", "beam_search", "score_hypotheses", "translate",
            "translate_ids"]
 
 
@@ -43,17 +42,6 @@ def max_output_lengths(src: torch.Tensor, pad_id: int, max_extra_len: int, model
     """
     lengths = (src != pad_id).sum(dim=1)
     return [max(1, min(int(n) + max_extra_len, model_max_len)) for n in lengths]
-
-
-@contextlib.contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Run with dropout off, then restore the model's previous train/eval mode."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _check_inputs(model: object, src: object, max_extra_len: object, bos_id: int, eos_id: int) -> torch.Tensor:
@@ -86,10 +74,15 @@ def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor
     return F.log_softmax(_next_logits(model, last, memory, src_mask, cache, bos_id), dim=-1)
 
 
-def _record_tokens(tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int],
+def record_greedy_step(tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int],
                    eos_id: int) -> list[int]:
     """Greedy bookkeeping for one step: append each running row's new token ``tokens [rows]`` to its sentence's
-    output; returns the rows still decoding (not ended by ``<eos>``, not at their length limit)."""
+    output; returns the rows still decoding (not ended by ``<eos>``, not at their length limit).
+
+    ``running[row]`` is the sentence index of each row still decoding, ``outputs[sentence]`` the ids produced so
+    far and ``limits[sentence]`` its length limit (:func:`max_output_lengths`). Shared by :func:`greedy_decode`
+    and decoders written for comparison (the decoding benchmark's baseline without a cache).
+    """
     keep = []
     for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
         if token == eos_id:
@@ -109,7 +102,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int =
     length limit (:func:`max_output_lengths`) without ``<eos>`` is returned as generated so far.
     """
     src = _check_inputs(model, src, max_extra_len, bos_id, eos_id)
-    with _eval_mode(model):
+    with eval_mode(model):
         memory, src_mask = model.encode(src)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
         outputs: list[list[int]] = [[] for _ in range(src.shape[0])]
@@ -119,7 +112,7 @@ def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int =
         while running:
             # the most probable token: argmax of the logits (the softmax would not change which one it is)
             tokens = _next_logits(model, last, memory, src_mask, cache, bos_id).argmax(dim=-1)
-            keep = _record_tokens(tokens, running, outputs, limits, eos_id)
+            keep = record_greedy_step(tokens, running, outputs, limits, eos_id)
             if len(keep) < len(running):
                 index = torch.tensor(keep, dtype=torch.long, device=src.device)
                 cache.reorder(index)
@@ -168,7 +161,7 @@ def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, al
     check_positive_int("beam_size", beam_size)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha < 0:
         raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
-    with _eval_mode(model):
+    with eval_mode(model):
         finished = _beam_search(model, src, beam_size, float(alpha), max_extra_len, bos_id, eos_id)
     best = [hypotheses.best() for hypotheses in finished]
     tokens = [tokens for _, tokens in best]
@@ -273,20 +266,15 @@ def score_hypotheses(model: Transformer, src: torch.Tensor, hypotheses: Sequence
     if len(hypotheses) != src.shape[0]:
         raise ValueError(f"hypotheses must hold one list per source sentence ({src.shape[0]}), got {len(hypotheses)}")
     pad = model.config.pad_id
-    tgt_in = _right_pad([[bos_id, *h] for h in hypotheses], pad).to(src.device)
-    tgt_out = _right_pad([[*h, eos_id] for h in hypotheses], pad).to(src.device)
-    with _eval_mode(model):
+    tgt_in = pad_sequences([[bos_id, *h] for h in hypotheses], pad).to(src.device)
+    tgt_out = pad_sequences([[*h, eos_id] for h in hypotheses], pad).to(src.device)
+    with eval_mode(model):
         logits = model(src, tgt_in).float()
     logits[..., pad] = float("-inf")
     logits[..., bos_id] = float("-inf")
     log_probs = F.log_softmax(logits, dim=-1).gather(-1, tgt_out[..., None]).squeeze(-1)
     log_probs = log_probs.masked_fill(tgt_out == pad, 0.0).sum(dim=1)
     return [float(lp) / length_penalty(len(h) + 1, alpha) for lp, h in zip(log_probs, hypotheses)]
-
-
-def _right_pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
-    width = max(len(row) for row in rows)
-    return torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
 
 
 def translate(model: Transformer, sentences: Sequence[str], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
@@ -330,7 +318,7 @@ def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_
     outputs: list[list[int]] = [[] for _ in sources]
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        src = _right_pad([sources[i] for i in chunk], model.config.pad_id).to(device)
+        src = pad_sequences([sources[i] for i in chunk], model.config.pad_id).to(device)
         if beam_size == 1:
             ids = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
         else:

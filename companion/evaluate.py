@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from .data import Batch, Tokenizer
-from .decode import _eval_mode, translate
-from .model import Transformer
+from .decode import translate
+from .model import Transformer, eval_mode
 
 __all__ = ["corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation"]
 
@@ -72,7 +72,7 @@ def perplexity(model: Transformer, batches: Iterable[Batch], device: torch.devic
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     total_nll, total_tokens = 0.0, 0
-    with _eval_mode(model):
+    with eval_mode(model):
         for batch in batches:
             if not isinstance(batch, Batch):
                 raise TypeError(f"batches must hold companion Batch objects, got {type(batch).__name__}")

@@ -10,14 +10,20 @@ Pre-LN (``norm_first=True``): ``x = x + Dropout(Sublayer(LayerNorm(x)))`` plus a
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
-from ._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
+from ._validation import (
+    check_last_dim,
+    check_positive_int,
+    check_tensor,
+    check_token_ids,
+)
 from .attention import AttentionCache, MultiHeadAttention, padding_mask
 from .positional import LearnedPositionalEncoding, PositionalEncoding
 
@@ -30,7 +36,27 @@ __all__ = [
     "Decoder",
     "KVCache",
     "Transformer",
+    "eval_mode",
 ]
+
+
+# The model shapes of the named presets, in TransformerConfig's field names: the one table that
+# TransformerConfig.from_preset/base/big and the command line's --preset read (the training settings that go
+# with each name live in companion.runs.TRAINING_PRESETS).
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    # a few seconds on a laptop CPU: tests and quick starts
+    "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.1,
+                 norm_first=False),
+    # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py: many small steps beat a wider model)
+    "small": dict(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1,
+                  norm_first=False),
+    # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
+    "base": dict(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
+                 norm_first=False),
+    # the paper's big model: 213M parameters
+    "big": dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3,
+                norm_first=False),
+}
 
 
 @dataclass
@@ -108,25 +134,30 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @classmethod
+    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
+        """The model shape ``MODEL_PRESETS[name]`` (``"tiny"``, ``"small"``, ``"base"``, ``"big"``).
+
+        With equal vocabulary sizes the embeddings are shared; the output projection is always tied to the
+        target embedding (section 3.4). ``overrides`` replace any field.
+        """
+        if name not in MODEL_PRESETS:
+            raise ValueError(f"name must be one of {list(MODEL_PRESETS)}, got {name!r}")
+        settings = dict(MODEL_PRESETS[name], share_embeddings=src_vocab_size == tgt_vocab_size, tie_output=True)
+        settings.update(overrides)
+        return cls(src_vocab_size, tgt_vocab_size, **settings)
+
+    @classmethod
     def base(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
         """The paper's base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters).
 
         With equal vocabulary sizes the embeddings are shared and tied to the output, as in the paper.
         """
-        shared = src_vocab_size == tgt_vocab_size
-        settings = dict(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048,
-                        dropout=0.1, share_embeddings=shared, tie_output=True)
-        settings.update(overrides)
-        return cls(src_vocab_size, tgt_vocab_size, **settings)
+        return cls.from_preset("base", src_vocab_size, tgt_vocab_size, **overrides)
 
     @classmethod
     def big(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
         """The paper's big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (213M parameters)."""
-        shared = src_vocab_size == tgt_vocab_size
-        settings = dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096,
-                        dropout=0.3, share_embeddings=shared, tie_output=True)
-        settings.update(overrides)
-        return cls(src_vocab_size, tgt_vocab_size, **settings)
+        return cls.from_preset("big", src_vocab_size, tgt_vocab_size, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable), e.g. for checkpoints."""
@@ -427,3 +458,14 @@ class Transformer(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of distinct parameters (tied matrices counted once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Run the body with dropout off (``model.eval()``), then restore the model's previous train/eval mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

@@ -326,7 +326,7 @@ def test_hub_splits_are_mapped_to_train_valid_test(monkeypatch):
     monkeypatch.delenv("COMPANION_DATA_DIR", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr("companion.data._reachable", lambda host, port: True)
+    monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: True)
     monkeypatch.setattr(datasets, "load_dataset", lambda name: requested.append(name) or fake)
     with pytest.warns(UserWarning, match="dropped 1 pair"):
         data = load_multi30k("de", "en")
