@@ -44,11 +44,13 @@ __all__ = [
 ]
 
 HeadId = tuple[str, int]
-"""A head named by the qualified name of its attention module and its index, e.g. ``("blocks.layers.0.self_attn", 3)``."""
+"""A head named by the qualified name of its attention module and its index, e.g.
+``("blocks.layers.0.self_attn", 3)``."""
 
 
 def attention_modules(model: nn.Module) -> dict[str, MultiHeadAttention]:
-    """Every :class:`~companion.attention.MultiHeadAttention` inside ``model``, by qualified name, in ``named_modules`` order.
+    """Every :class:`~companion.attention.MultiHeadAttention` inside ``model``, by qualified name, in
+    ``named_modules`` order.
 
     A bare :class:`~companion.attention.MultiHeadAttention` passed as ``model`` is returned under the name ``""``.
     """
@@ -270,8 +272,8 @@ def gradient_importance(
         for example in examples:
             loss = loss_fn(model, example)
             if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
-                raise TypeError(f"loss_fn must return a 0-d tensor, got {type(loss).__name__}"
-                                f"{'' if not isinstance(loss, torch.Tensor) else ' of shape ' + str(tuple(loss.shape))}")
+                shape = f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""
+                raise TypeError(f"loss_fn must return a 0-d tensor, got {type(loss).__name__}{shape}")
             grads = torch.autograd.grad(loss, list(gates.values()), allow_unused=True)
             for name, grad in zip(gates, grads):
                 if grad is not None:

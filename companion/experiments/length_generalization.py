@@ -25,8 +25,8 @@ import torch
 
 from .._validation import check_positive_int
 from ..data import BOS_ID, EOS_ID, SPECIAL_TOKENS, synthetic_pairs
-from ..decode import _eval_mode, greedy_decode
-from ..model import Transformer
+from ..decode import greedy_decode
+from ..model import Transformer, eval_mode
 
 __all__ = ["LengthResult", "length_report", "position_accuracy"]
 
@@ -143,7 +143,7 @@ def position_accuracy(model: Transformer, task: str, length: int, *, vocab_size:
     src = torch.tensor([source + [EOS_ID] for source, _ in pairs], dtype=torch.long, device=device)
     tgt_in = torch.tensor([[BOS_ID] + target for _, target in pairs], dtype=torch.long, device=device)
     target = torch.tensor([target for _, target in pairs], dtype=torch.long, device=device)  # [batch, length]
-    with _eval_mode(model):
+    with eval_mode(model):
         logits = model(src, tgt_in)[:, :length]  # [batch, length, vocab]
     predicted = logits[..., _FIRST_CONTENT_ID:vocab_size].argmax(dim=-1) + _FIRST_CONTENT_ID
     return (predicted == target).float().mean(dim=0).cpu()

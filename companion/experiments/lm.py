@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._validation import check_positive_int, check_token_ids
-from ..train import warmup_cosine
-from ..attention import causal_mask
+from ..attention import causal_mask, padding_mask
 from ..data import PAD_ID, SPECIAL_TOKENS, Tokenizer
-from ..model import Encoder, TransformerConfig
+from ..model import Encoder, TransformerConfig, eval_mode
 from ..positional import LearnedPositionalEncoding, PositionalEncoding
+from .training import fit, warmup_cosine_schedule
 
 __all__ = [
     "CharTokenizer",
@@ -152,7 +152,8 @@ class LanguageModelConfig:
         self.layer_config()  # validates every shared field with TransformerConfig's checks
 
     def layer_config(self) -> TransformerConfig:
-        """The :class:`~companion.model.TransformerConfig` that builds this model's layers (encoder-style, no decoder)."""
+        """The :class:`~companion.model.TransformerConfig` that builds this model's layers (encoder-style, no
+        decoder)."""
         return TransformerConfig(
             src_vocab_size=self.vocab_size,
             tgt_vocab_size=self.vocab_size,
@@ -214,7 +215,7 @@ class DecoderOnlyLM(nn.Module):
     def attention_mask(self, tokens: torch.Tensor) -> torch.Tensor:
         """Boolean mask ``[batch, 1, seq, seq]`` (True = may attend) used by every layer for ``tokens``."""
         n = tokens.shape[1]
-        keys = (tokens != self.config.pad_id)[:, None, None, :]  # [batch, 1, 1, seq]
+        keys = padding_mask(tokens, self.config.pad_id)  # [batch, 1, 1, seq]
         if self.config.causal:
             return keys & causal_mask(n, device=tokens.device)  # [batch, 1, seq, seq]
         return keys.expand(-1, -1, n, -1)
@@ -264,19 +265,17 @@ class DecoderOnlyLM(nn.Module):
                 f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = {total} exceeds "
                 f"max_len={self.config.max_len}"
             )
-        was_training = self.training
-        self.eval()
         tokens = prompt
-        for _ in range(max_new_tokens):
-            logits = self(tokens)[:, -1, :].clone()  # [batch, vocab]
-            logits[:, self.config.pad_id] = float("-inf")
-            if greedy:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            else:
-                probs = torch.softmax(logits / temperature, dim=-1)
-                next_token = torch.multinomial(probs, 1, generator=generator)
-            tokens = torch.cat([tokens, next_token], dim=1)
-        self.train(was_training)
+        with eval_mode(self):
+            for _ in range(max_new_tokens):
+                logits = self(tokens)[:, -1, :].clone()  # [batch, vocab]
+                logits[:, self.config.pad_id] = float("-inf")
+                if greedy:
+                    next_token = logits.argmax(dim=-1, keepdim=True)
+                else:
+                    probs = torch.softmax(logits / temperature, dim=-1)
+                    next_token = torch.multinomial(probs, 1, generator=generator)
+                tokens = torch.cat([tokens, next_token], dim=1)
         return tokens
 
 
@@ -295,16 +294,14 @@ def teacher_forced_loss(model: DecoderOnlyLM, sequences: torch.Tensor, batch_siz
     """
     sequences = model._check_tokens("sequences", sequences)
     check_positive_int("batch_size", batch_size)
-    was_training = model.training
-    model.eval()
     total, count = 0.0, 0
     pad = model.config.pad_id
-    for batch in sequences.split(batch_size):
-        inputs, targets = _shifted(batch)
-        logits = model(inputs)
-        total += F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad, reduction="sum").item()
-        count += int((targets != pad).sum())
-    model.train(was_training)
+    with eval_mode(model):
+        for batch in sequences.split(batch_size):
+            inputs, targets = _shifted(batch)
+            logits = model(inputs)
+            total += F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad, reduction="sum").item()
+            count += int((targets != pad).sum())
     return total / max(count, 1)
 
 
@@ -320,13 +317,11 @@ def left_to_right_loss(model: DecoderOnlyLM, sequences: torch.Tensor) -> float:
     sequences = model._check_tokens("sequences", sequences)
     inputs, targets = _shifted(sequences)
     pad = model.config.pad_id
-    was_training = model.training
-    model.eval()
     total = 0.0
-    for t in range(inputs.shape[1]):
-        logits = model(inputs[:, : t + 1])[:, -1, :]  # [num, vocab]
-        total += F.cross_entropy(logits, targets[:, t], ignore_index=pad, reduction="sum").item()
-    model.train(was_training)
+    with eval_mode(model):
+        for t in range(inputs.shape[1]):
+            logits = model(inputs[:, : t + 1])[:, -1, :]  # [num, vocab]
+            total += F.cross_entropy(logits, targets[:, t], ignore_index=pad, reduction="sum").item()
     return total / max(int((targets != pad).sum()), 1)
 
 
@@ -350,6 +345,9 @@ def train_language_model(
 
     Returns:
         the mean cross-entropy (nats per token) of each step's batch, ``steps`` floats.
+
+    The loop is :func:`companion.experiments.training.fit` (Adam with betas 0.9 and 0.98, gradient norm clipped to
+    1, :func:`~companion.experiments.training.warmup_cosine_schedule`); the model is left in eval mode.
     """
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")
@@ -357,29 +355,16 @@ def train_language_model(
     _shifted(sequences)
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-    torch.manual_seed(seed)
-    order = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, warmup, steps))
+    schedule = warmup_cosine_schedule(warmup, steps)
     pad = model.config.pad_id
-    model.train()
-    history = []
-    for _ in range(steps):
-        rows = torch.randint(0, sequences.shape[0], (batch_size,), generator=order)
-        batch = sequences[rows]
-        batch = batch[:, : int((batch != pad).sum(dim=1).max())]  # drop all-padding columns
+
+    def random_batch(generator: torch.Generator) -> torch.Tensor:
+        batch = sequences[torch.randint(0, sequences.shape[0], (batch_size,), generator=generator)]
+        return batch[:, : int((batch != pad).sum(dim=1).max())]  # drop all-padding columns
+
+    def next_token_loss(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         inputs, targets = _shifted(batch)
-        loss = F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=pad)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        history.append(loss.item())
-    model.eval()
-    return history
+        return F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=pad)
+
+    return fit(model, random_batch, next_token_loss, steps, lr=lr, seed=seed, seed_global_rng=True,
+               betas=(0.9, 0.98), schedule=schedule, clip_norm=1.0)

@@ -30,6 +30,7 @@ from torch import nn
 
 from .._validation import check_last_dim, check_positive_int, check_tensor
 from .scoring import AdditiveScore, DotScore, GeneralScore, attend
+from .training import fit
 
 __all__ = ["LookupBatch", "LookupTask", "LookupModel", "SCORER_KINDS", "make_lookup_model", "train_lookup",
            "evaluate_lookup"]
@@ -177,33 +178,19 @@ def train_lookup(
 
     The loss is the mean squared error between the attention output and the target's value. Batches are
     drawn from a generator seeded with ``seed``, so a run is reproducible given the model's initial weights.
+    The loop is :func:`companion.experiments.training.fit` (no gradient clipping, constant learning rate); the
+    model is left in eval mode.
 
     Args:
         optimizer: ``"adam"`` (:class:`torch.optim.Adam`) or ``"sgd"`` (:class:`torch.optim.SGD` with momentum
             0.9). Adam divides every gradient coordinate by a running estimate of its own magnitude, which
             hides a uniformly small gradient; SGD does not.
     """
-    check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
     _check_model_fits_task(model, task)
-    generator = torch.Generator().manual_seed(seed)
-    if optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-    else:
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        loss, _ = _lookup_loss(model, task.sample(batch_size, generator))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return fit(model, lambda generator: task.sample(batch_size, generator),
+               lambda model, batch: _lookup_loss(model, batch)[0], steps, lr=lr, seed=seed, optimizer=optimizer,
+               momentum=0.9)
 
 
 @torch.no_grad()

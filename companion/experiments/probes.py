@@ -18,19 +18,18 @@ Two tasks, each with the smallest model that can solve it:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
-from ..train import warmup_cosine
 from ..attention import MultiHeadAttention
 from ..model import Encoder, TransformerConfig
 from ..positional import LearnedPositionalEncoding
+from . import training
+from .training import warmup_cosine_schedule
 
 __all__ = [
     "PointerTask",
@@ -189,8 +188,8 @@ def mixing_error_bound(num_heads: int, num_lookups: int) -> float:
 
 
 class PositionalMixer(nn.Module):
-    """One :class:`~companion.attention.MultiHeadAttention` whose queries and keys are learned position vectors and whose values are
-    the input: ``MHA(query=P, key=P, value=x)``.
+    """One :class:`~companion.attention.MultiHeadAttention` whose queries and keys are learned position vectors
+    and whose values are the input: ``MHA(query=P, key=P, value=x)``.
 
     Because the attention weights depend only on the learned table ``P [seq_len, d_model]``, each head applies
     the same mixing matrix to every input; the heads differ only in which positions they mix and which feature
@@ -225,7 +224,8 @@ def fit(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
 
     Each step draws ``batch_size`` random rows (seeded by ``seed``), takes one Adam step (betas 0.9, 0.98)
     with the gradient norm clipped to 1, and the learning rate rises linearly to ``lr`` over ``warmup`` steps,
-    then follows a cosine down to ``lr / 10``. The model is left in eval mode.
+    then follows a cosine down to ``lr / 10`` (:func:`companion.experiments.training.fit` with
+    :func:`~companion.experiments.training.warmup_cosine_schedule`). The model is left in eval mode.
     """
     check_tensor("inputs", inputs)
     check_tensor("targets", targets)
@@ -234,27 +234,17 @@ def fit(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                          f"{tuple(inputs.shape)} and {tuple(targets.shape)}")
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
-    order = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be a callable (output, target) -> 0-d loss tensor, got {loss_fn!r}")
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(step, warmup, steps))
-    model.train()
-    history = []
-    for _ in range(steps):
-        rows = torch.randint(0, inputs.shape[0], (batch_size,), generator=order)
-        loss = loss_fn(model(inputs[rows]), targets[rows])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        history.append(loss.item())
-    model.eval()
-    return history
+    def random_rows(generator: torch.Generator) -> torch.Tensor:
+        return torch.randint(0, inputs.shape[0], (batch_size,), generator=generator)
+
+    def rows_loss(model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+        return loss_fn(model(inputs[rows]), targets[rows])
+
+    return training.fit(model, random_rows, rows_loss, steps, lr=lr, seed=seed, betas=(0.9, 0.98),
+                        schedule=warmup_cosine_schedule(warmup, steps), clip_norm=1.0)
 
 
 @torch.no_grad()

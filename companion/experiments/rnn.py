@@ -31,6 +31,7 @@ from torch import nn
 from .._validation import check_positive_int, check_token_ids
 from ..data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
 from .scoring import AdditiveScore, attend
+from .training import fit
 
 __all__ = [
     "PAD_ID",
@@ -285,7 +286,10 @@ class AttentionEncoderDecoder(_Seq2Seq):
     def _recur(
         self, embedded: torch.Tensor, state: torch.Tensor, memory: tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Attend with ``s_{i-1}``, then update the state: ``(s_i [batch, hidden], c_i [batch, 2h], alpha_i [batch, n])``."""
+        """Attend with ``s_{i-1}``, then update the state.
+
+        Returns ``(s_i [batch, hidden], c_i [batch, 2h], alpha_i [batch, n])``.
+        """
         states, projected_keys, src_mask = memory
         scores = self.score.score_projected(state[:, None, :], projected_keys)  # e_i: [batch, 1, n]
         context, weights = attend(scores, states, mask=src_mask[:, None, :])  # [batch, 1, 2h], [batch, 1, n]
@@ -369,6 +373,8 @@ def train_seq2seq(
     lengths in ``[max(min_len, L - spread), L]``, so batches mix lengths (exercising padding) without always
     paying for the longest sequence. The loss is the mean cross-entropy over real target tokens (``PAD_ID`` ignored).
     Deterministic: the same ``seed`` and initial weights give the same losses (on one machine and thread count).
+    The loop is :func:`companion.experiments.training.fit` (Adam, gradient norm clipped to ``clip_norm``, constant
+    learning rate); the model is left in eval mode.
 
     Args:
         model: an :class:`EncoderDecoder` or :class:`AttentionEncoderDecoder`.
@@ -390,31 +396,23 @@ def train_seq2seq(
         raise ValueError(f"task must be one of {list(SYNTHETIC_TASKS)}, got {task!r}")
     if isinstance(spread, bool) or not isinstance(spread, int) or spread < 0:
         raise ValueError(f"spread must be a non-negative integer, got {spread!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}")
     vocab_size = vocab_size or model.encoder.vocab_size
     if vocab_size > min(model.encoder.vocab_size, model.tgt_vocab_size):
         raise ValueError(
             f"vocab_size={vocab_size} exceeds the model's vocabularies (src {model.encoder.vocab_size}, "
             f"tgt {model.tgt_vocab_size})"
         )
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    losses = []
-    for _ in range(steps):
+
+    def next_batch(generator: torch.Generator) -> Batch:
         top = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
         batch_seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
-        batch = synthetic_batch(task, batch_size, max(min_len, top - spread), top, vocab_size, batch_seed)
+        return synthetic_batch(task, batch_size, max(min_len, top - spread), top, vocab_size, batch_seed)
+
+    def loss_fn(model: nn.Module, batch: Batch) -> torch.Tensor:
         logits = _logits(model, batch.src, batch.tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+        return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID)
+
+    return fit(model, next_batch, loss_fn, steps, lr=lr, seed=seed, clip_norm=clip_norm)
 
 
 @torch.no_grad()

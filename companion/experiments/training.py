@@ -1,0 +1,202 @@
+"""One training loop for the chapters' small models, and the learning-rate schedule they share.
+
+Every experiment of chapters 1-5 trains a small model the same way: draw a batch, compute a loss, take one
+optimizer step (optionally clipping the gradient norm and following a learning-rate schedule) and record the
+loss. :func:`fit` is that loop; an experiment only says how it draws a batch and how it computes the loss
+(:func:`companion.experiments.lm.train_language_model`, :func:`companion.experiments.probes.fit`,
+:func:`companion.experiments.rnn.train_seq2seq` and :func:`companion.experiments.lookup.train_lookup` are thin
+wrappers around it). The full encoder-decoder of the later chapters trains with
+:class:`companion.train.Trainer` instead, which adds token-based batching, checkpoints and resumption.
+
+:func:`warmup_cosine` is the schedule of the small experiments (linear warm-up, then a cosine decay to a floor);
+:func:`warmup_cosine_schedule` checks its settings once and returns it as a multiplier for :func:`fit`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .._validation import check_positive_int
+
+__all__ = ["OPTIMIZERS", "fit", "warmup_cosine", "warmup_cosine_schedule"]
+
+OPTIMIZERS = ("adam", "sgd")
+"""Names accepted by :func:`fit`'s ``optimizer`` argument."""
+
+BatchSource = Callable[[torch.Generator], Any] | Iterable[Any]
+"""A function ``batches(generator) -> batch`` called once per step, or an iterable of batches."""
+
+
+def warmup_cosine(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
+    """Learning-rate multiplier at 0-based ``step``: linear warm-up to 1 over ``warmup`` steps (step 0 gets
+    ``1 / warmup``), then a cosine decay from 1 to ``floor`` at step ``total``.
+
+    No argument checks (it runs every step); :func:`warmup_cosine_schedule` checks them once.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(total - warmup, 1)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_cosine_schedule(warmup: int, total: int, floor: float = 0.1) -> Callable[[int], float]:
+    """:func:`warmup_cosine` with ``warmup``, ``total`` and ``floor`` fixed, as a ``schedule`` for :func:`fit`.
+
+    Args:
+        warmup: number of warm-up steps (a non-negative integer; 0 starts at the peak).
+        total: the step at which the cosine reaches ``floor`` (usually the number of training steps).
+        floor: the final multiplier, in ``[0, 1]``.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    check_positive_int("total", total)
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor <= 1.0:
+        raise ValueError(f"floor must be a number in [0, 1], got {floor!r}")
+
+    def schedule(step: int) -> float:
+        return warmup_cosine(step, warmup, total, floor)
+
+    return schedule
+
+
+def _check_positive_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check_betas(betas: object) -> tuple[float, float]:
+    if not (isinstance(betas, Sequence) and len(betas) == 2
+            and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)):
+        raise ValueError(f"betas must be a pair of numbers in [0, 1), got {betas!r}")
+    return float(betas[0]), float(betas[1])
+
+
+def _make_optimizer(model: nn.Module, name: str, lr: float, betas: tuple[float, float],
+                    momentum: float) -> torch.optim.Optimizer:
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+
+
+def _batch_function(batches: BatchSource, steps: int) -> Callable[[torch.Generator], Any]:
+    """``batches`` as a function of the generator; an iterable is read lazily and must last ``steps`` steps."""
+    if callable(batches):
+        return batches
+    if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        raise TypeError(f"batches must be a function (generator) -> batch or an iterable of batches, "
+                        f"got {type(batches).__name__}")
+    iterator = iter(batches)
+    taken = 0
+
+    def next_batch(_: torch.Generator) -> Any:
+        nonlocal taken
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            raise ValueError(f"batches ran out after {taken} batches, but steps={steps}") from None
+        taken += 1
+        return batch
+
+    return next_batch
+
+
+def fit(
+    model: nn.Module,
+    batches: BatchSource,
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    steps: int,
+    *,
+    lr: float,
+    seed: int = 0,
+    seed_global_rng: bool = False,
+    optimizer: str = "adam",
+    betas: tuple[float, float] = (0.9, 0.999),
+    momentum: float = 0.9,
+    schedule: Callable[[int], float] | None = None,
+    clip_norm: float | None = None,
+) -> list[float]:
+    """Train ``model`` for ``steps`` optimizer steps and return the training loss of every step.
+
+    Each step draws ``batch = batches(generator)`` (or the next batch of an iterable), computes
+    ``loss = loss_fn(model, batch)``, zeroes the gradients, back-propagates, clips the gradient norm to
+    ``clip_norm`` (if given), takes one optimizer step, advances the schedule (if given) and records
+    ``loss.item()``. The model is put in train mode first and left in eval mode.
+
+    Args:
+        model: the module to train (in place); it must have parameters.
+        batches: either a function ``batches(generator) -> batch``, called once per step with one
+            :class:`torch.Generator` seeded with ``seed`` (draw every random choice of the batch from it, and
+            the batch sequence is reproducible), or an iterable holding at least ``steps`` batches.
+        loss_fn: ``loss_fn(model, batch)`` -> a 0-d loss tensor computed with ``model``.
+        steps: number of optimizer steps (a positive integer).
+        lr: the (peak) learning rate, a positive number.
+        seed: seed of the batch generator.
+        seed_global_rng: also seed PyTorch's global generator with ``seed`` (:func:`torch.manual_seed`) once the
+            arguments are checked, before the first step: dropout draws its masks from it. Left untouched by
+            default.
+        optimizer: ``"adam"`` (:class:`torch.optim.Adam` with ``betas``) or ``"sgd"`` (:class:`torch.optim.SGD`
+            with ``momentum``).
+        betas: Adam's ``(beta1, beta2)``, each in ``[0, 1)``; ignored by SGD.
+        momentum: SGD's momentum, a number ``>= 0``; ignored by Adam.
+        schedule: optional learning-rate multiplier ``schedule(completed_steps) -> float`` (applied with
+            :class:`torch.optim.lr_scheduler.LambdaLR`, so step ``n`` (0-based) runs with ``lr * schedule(n)``),
+            e.g. :func:`warmup_cosine_schedule`; ``None`` keeps ``lr`` constant.
+        clip_norm: optional maximum gradient norm (a positive number), applied with
+            :func:`torch.nn.utils.clip_grad_norm_` over all parameters; ``None`` does not clip.
+
+    Returns:
+        ``steps`` floats, the loss of each step's batch before that step's update.
+
+    Same model weights, arguments and (unless ``seed_global_rng``) global RNG state give the same losses (on one
+    machine and thread count).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not any(True for _ in model.parameters()):
+        raise ValueError("model has no parameters to train")
+    check_positive_int("steps", steps)
+    next_batch = _batch_function(batches, steps)
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn must be a callable (model, batch) -> 0-d loss tensor, got {loss_fn!r}")
+    lr = _check_positive_number("lr", lr)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if not isinstance(seed_global_rng, bool):
+        raise TypeError(f"seed_global_rng must be a bool, got {type(seed_global_rng).__name__}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    betas = _check_betas(betas)
+    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or momentum < 0:
+        raise ValueError(f"momentum must be a non-negative number, got {momentum!r}")
+    if schedule is not None and not callable(schedule):
+        raise TypeError(f"schedule must be None or a callable (completed_steps) -> multiplier, got {schedule!r}")
+    if clip_norm is not None:
+        clip_norm = _check_positive_number("clip_norm", clip_norm)
+
+    if seed_global_rng:
+        torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    opt = _make_optimizer(model, optimizer, lr, betas, float(momentum))
+    scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        loss = loss_fn(model, next_batch(generator))
+        if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+            shape = f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""
+            raise TypeError(f"loss_fn must return a 0-d tensor, got {type(loss).__name__}{shape}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        opt.step()
+        if scheduler is not None:
+            scheduler.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
