@@ -8,7 +8,7 @@ import torch
 
 import companion
 from companion import Transformer, TransformerConfig
-from companion.data import BOS_ID, EOS_ID, PAD_ID
+from companion.data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from companion.experiments import decoding as D
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -35,7 +35,7 @@ def _sources(num: int = 9, seed: int = 0) -> torch.Tensor:
     for i in range(num):
         length = 2 + i % 7
         rows.append(torch.randint(4, 23, (length - 1,), generator=generator).tolist() + [EOS_ID])
-    return D.pad_batch(rows, PAD_ID)
+    return pad_sequences(rows, PAD_ID)
 
 
 @pytest.mark.parametrize("beam_size", [1, 2, 3, 5])
@@ -202,7 +202,5 @@ def test_bad_input_is_refused_with_clear_errors():
         D.sample_decode(model, src, temperature=0)
     with pytest.raises(ValueError, match="steps"):
         D.decode_fixed_steps(model, src, 64, use_cache=True)
-    with pytest.raises(ValueError, match="rows"):
-        D.pad_batch([])
     with pytest.raises(ValueError, match="equally long"):
         D.score_corpus(model, [[4, EOS_ID]], [], alpha=0.6)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import check_positive_int, check_token_ids
-from ..data import BOS_ID, EOS_ID
+from ..data import BOS_ID, EOS_ID, pad_sequences
 from ..decode import length_penalty, max_output_lengths, score_hypotheses
 from ..model import Transformer, eval_mode
 
@@ -39,7 +39,6 @@ __all__ = [
     "top_k_filter",
     "cache_nbytes",
     "kv_cache_bytes",
-    "pad_batch",
 ]
 
 
@@ -199,16 +198,6 @@ def traced_beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4
     return traces
 
 
-def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> torch.Tensor:
-    """Right-pad id lists into a ``[len(rows), longest]`` long tensor."""
-    if not rows:
-        raise ValueError("rows must hold at least one id list")
-    width = max(len(row) for row in rows)
-    if width == 0:
-        raise ValueError("rows must not all be empty")
-    return torch.tensor([list(row) + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
-
-
 def _length_sorted_batches(sources: Sequence[Sequence[int]], batch_size: int) -> Iterable[list[int]]:
     """Indices of ``sources`` in batches of ``batch_size``, longest first (as :func:`companion.translate_ids`)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
@@ -227,7 +216,7 @@ def traced_beam_search_corpus(model: Transformer, sources: Sequence[Sequence[int
     traces: list[BeamTrace | None] = [None] * len(sources)
     start = time.perf_counter()
     for chunk in _length_sorted_batches(sources, batch_size):
-        src = pad_batch([sources[i] for i in chunk], model.config.pad_id)
+        src = pad_sequences([sources[i] for i in chunk], model.config.pad_id)
         for i, trace in zip(chunk, traced_beam_search(model, src, beam_size, max_extra_len=max_extra_len,
                                                       bos_id=bos_id, eos_id=eos_id)):
             traces[i] = trace
@@ -425,7 +414,7 @@ def score_corpus(model: Transformer, sources: Sequence[Sequence[int]], hypothese
     check_positive_int("batch_size", batch_size)
     scores: list[float] = [0.0] * len(sources)
     for chunk in _length_sorted_batches(sources, batch_size):
-        src = pad_batch([sources[i] for i in chunk], model.config.pad_id)
+        src = pad_sequences([sources[i] for i in chunk], model.config.pad_id)
         for i, value in zip(chunk, score_hypotheses(model, src, [list(hypotheses[i]) for i in chunk], alpha=alpha)):
             scores[i] = value
     return scores
