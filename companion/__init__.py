@@ -1,9 +1,25 @@
-"""companion: the tested Transformer package that accompanies the book.
+"""companion: the tested Transformer package that accompanies the book *Attention, Executed*.
 
-The public API mirrors the chapters: attention and masks (chapters 2-3), multi-head attention (chapter 4),
-positional encodings (chapter 5), and the full encoder-decoder model (chapter 6).
+The top level holds the reusable library only, in the order of the book:
+
+* attention and masks (chapters 2-4): :func:`scaled_dot_product_attention`, :func:`fast_attention`,
+  :func:`causal_mask`, :func:`padding_mask`, :class:`MultiHeadAttention`, :class:`AttentionCache`;
+* positional encodings (chapter 5);
+* the encoder-decoder model (the Transformer assembled): :class:`TransformerConfig`, :class:`Transformer` and
+  its layers;
+* data, training, checkpoints (the training chapter), decoding and evaluation (the decoding chapter).
+
+The chapters' experiment code (small RNNs, language models, probes, ...) lives in :mod:`companion.experiments`
+and is not loaded by ``import companion``. Its best-known names stay reachable from the top level
+(``companion.GRUEncoder`` and so on) for code written against earlier versions: they are imported on first use.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ._version import __version__
 from .attention import (
     AttentionCache,
     MultiHeadAttention,
@@ -12,17 +28,7 @@ from .attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from .model import (
-    Decoder,
-    DecoderLayer,
-    Encoder,
-    EncoderLayer,
-    FeedForward,
-    KVCache,
-    Transformer,
-    TransformerConfig,
-)
-from .positional import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
+from .checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from .data import (
     BOS,
     BOS_ID,
@@ -33,7 +39,6 @@ from .data import (
     UNK,
     UNK_ID,
     Batch,
-    DataUnavailableError,
     SubwordTokenizer,
     Tokenizer,
     WordTokenizer,
@@ -44,44 +49,67 @@ from .data import (
     tokenizer_from_dict,
 )
 from .decode import beam_search, greedy_decode, length_penalty, score_hypotheses, translate, translate_ids
+from .errors import (
+    CheckpointError,
+    CompanionError,
+    DataUnavailableError,
+    DeviceUnavailableError,
+    RunError,
+    TrainingDivergedError,
+)
 from .evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
+from .model import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    KVCache,
+    Transformer,
+    TransformerConfig,
+    eval_mode,
+)
+from .positional import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
 from .train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
-from .scoring import AdditiveScore, DotScore, GeneralScore, attend
-from .rnn import AttentionEncoderDecoder, EncoderDecoder, GRUEncoder
-from .lm import CharTokenizer, DecoderOnlyLM, LanguageModelConfig
-
-__version__ = "0.1.0"
 
 __all__ = [
-    "scaled_dot_product_attention",
-    "fast_attention",
-    "causal_mask",
-    "padding_mask",
-    "MultiHeadAttention",
-    "AttentionCache",
-    "sinusoidal_encoding",
-    "PositionalEncoding",
-    "LearnedPositionalEncoding",
-    "TransformerConfig",
-    "FeedForward",
-    "EncoderLayer",
-    "DecoderLayer",
-    "Encoder",
-    "Decoder",
-    "KVCache",
-    "Transformer",
-    # data (chapter 6)
+    # attention (chapters 2-4)
+    "scaled_dot_product_attention", "fast_attention", "causal_mask", "padding_mask",
+    "MultiHeadAttention", "AttentionCache",
+    # positions (chapter 5)
+    "sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEncoding",
+    # the model
+    "TransformerConfig", "FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "KVCache",
+    "Transformer", "eval_mode",
+    # data
     "PAD", "UNK", "BOS", "EOS", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID",
-    "Tokenizer", "WordTokenizer", "SubwordTokenizer", "tokenizer_from_dict", "DataUnavailableError",
+    "Tokenizer", "WordTokenizer", "SubwordTokenizer", "tokenizer_from_dict",
     "load_multi30k", "encode_pairs", "Batch", "make_batches", "synthetic_pairs",
+    # training and checkpoints
+    "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",
+    "load_checkpoint", "model_from_checkpoint", "tokenizers_from_checkpoint",
     # decoding and evaluation
     "greedy_decode", "beam_search", "translate", "translate_ids", "length_penalty", "score_hypotheses",
     "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
-    # training
-    "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",
-    # chapter 1: scoring functions and recurrent encoder-decoders; chapter 3: a decoder-only language model
-    "AdditiveScore", "GeneralScore", "DotScore", "attend",
-    "GRUEncoder", "EncoderDecoder", "AttentionEncoderDecoder",
-    "CharTokenizer", "LanguageModelConfig", "DecoderOnlyLM",
+    # errors
+    "CompanionError", "CheckpointError", "DataUnavailableError", "DeviceUnavailableError",
+    "TrainingDivergedError", "RunError",
     "__version__",
 ]
+
+# Teaching names exported by earlier versions, now in companion.experiments: name -> module.
+_EXPERIMENT_NAMES = {
+    "AdditiveScore": "scoring", "GeneralScore": "scoring", "DotScore": "scoring", "attend": "scoring",
+    "GRUEncoder": "rnn", "EncoderDecoder": "rnn", "AttentionEncoderDecoder": "rnn",
+    "CharTokenizer": "lm", "LanguageModelConfig": "lm", "DecoderOnlyLM": "lm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the teaching names of :data:`_EXPERIMENT_NAMES` from ``companion.experiments`` on first use."""
+    module = _EXPERIMENT_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'companion' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"companion.experiments.{module}"), name)
+    globals()[name] = value
+    return value
