@@ -37,8 +37,9 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware, learning_curve, write_results  # noqa: E402
 
-from companion.__main__ import build_parser, evaluate_checkpoint, run_train  # noqa: E402
-from companion.train import resolve_device  # noqa: E402
+from companion.cli import build_parser  # noqa: E402
+from companion.devices import resolve_device  # noqa: E402
+from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 
 TARGETS = {"cpu": {"de-en": 30.0, "en-de": 26.0}, "cuda": {"de-en": 40.0, "en-de": 37.0}}
 
@@ -150,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
         print(f"\n=== {direction}: python -m companion {' '.join(flags)}", flush=True)
         t0 = time.time()
-        summary = run_train(given, argv=flags[1:])
+        summary = train_run(given, command=flags[1:])
         train_wall = time.time() - t0
         checkpoint = summary.get("averaged") or summary["checkpoint"]
-        scored = evaluate_checkpoint(checkpoint, args.split, data_dir=args.data_dir or default_data_dir(),
-                                     beam_size=args.beam_size, alpha=args.alpha, device=device)
+        scored = evaluate_run(EvaluateConfig(checkpoint, beam_size=args.beam_size, alpha=args.alpha, device=device,
+                                             split=args.split, data_dir=args.data_dir or default_data_dir()))
         target = TARGETS.get(device, {}).get(direction)
         entry = {
             "bleu": round(scored["bleu"], 2), "bleu_signature": scored["bleu_signature"],
@@ -174,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             "learning_curve": learning_curve(out),
         }
         if args.compare_unaveraged and summary.get("averaged"):
-            alone = evaluate_checkpoint(summary["checkpoint"], args.split, data_dir=args.data_dir or default_data_dir(),
-                                        beam_size=args.beam_size, alpha=args.alpha, device=device)
+            alone = evaluate_run(EvaluateConfig(summary["checkpoint"], beam_size=args.beam_size, alpha=args.alpha,
+                                                device=device, split=args.split,
+                                                data_dir=args.data_dir or default_data_dir()))
             entry["bleu_last_checkpoint_alone"] = round(alone["bleu"], 2)
             entry["chrf_last_checkpoint_alone"] = round(alone["chrf"], 2)
         results[direction] = entry

@@ -81,3 +81,67 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+# --------------------------------------------------------------------------------------------------------
+# Option checks: raise companion.errors.ConfigError (a ValueError), which the command line reports without a
+# traceback. ``name`` should say how the user set the value (e.g. "--max-steps").
+# --------------------------------------------------------------------------------------------------------
+def check_integer(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Check an integer option, optionally ``>= minimum`` (bools are not integers here)."""
+    from .errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+def check_number(name: str, value: object, *, low: float | None = None, high: float | None = None,
+                 low_inclusive: bool = True, high_inclusive: bool = True) -> float:
+    """Check a finite real number (no inf or nan) in the range given by ``low``/``high``; returns it as float.
+
+    ``check_number("--lr-factor", x, low=0, low_inclusive=False)`` asks for a positive number;
+    ``check_number("--dropout", p, low=0, high=1, high_inclusive=False)`` for one in ``[0, 1)``.
+    """
+    import math
+
+    from .errors import ConfigError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    too_low = low is not None and (number < low if low_inclusive else number <= low)
+    too_high = high is not None and (number > high if high_inclusive else number >= high)
+    if too_low or too_high:
+        if low == 0 and not low_inclusive and high is None:
+            want = "a positive number"
+        else:
+            left = "-inf" if low is None else f"{low:g}"
+            right = "inf" if high is None else f"{high:g}"
+            want = (f"a number in {'[' if low_inclusive and low is not None else '('}{left}, "
+                    f"{right}{']' if high_inclusive and high is not None else ')'}")
+        raise ConfigError(f"{name} must be {want}, got {value!r}")
+    return number
+
+
+def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
+    """Check that ``value`` is one of ``choices``."""
+    from .errors import ConfigError
+
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Check a True/False option."""
+    from .errors import ConfigError
+
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return value

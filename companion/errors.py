@@ -15,6 +15,7 @@ __all__ = [
     "DeviceUnavailableError",
     "TrainingDivergedError",
     "RunError",
+    "ConfigError",
 ]
 
 
@@ -40,3 +41,7 @@ class TrainingDivergedError(CompanionError, FloatingPointError):
 
 class RunError(CompanionError):
     """A training, translation or evaluation run cannot start or continue (bad folder, options, or state)."""
+
+
+class ConfigError(CompanionError, ValueError):
+    """An option of a run (a flag, or a field of :class:`companion.runs.RunConfig`) has a value it cannot take."""

@@ -41,13 +41,10 @@ __all__ = [
     "NoamSchedule",
     "warmup_cosine",
     "label_smoothed_loss",
-    "resolve_device",
     "TrainConfig",
     "Trainer",
     "TrainingDivergedError",
     "DeviceUnavailableError",
-    "setup_distributed",
-    "cleanup_distributed",
 ]
 
 
@@ -147,88 +144,10 @@ def label_smoothed_loss(
 
 
 # --------------------------------------------------------------------------------------------------------
-# Devices and distributed setup
+# Devices (companion.devices); the errors are re-exported here, their home before companion.errors
 # --------------------------------------------------------------------------------------------------------
-from .errors import DeviceUnavailableError  # noqa: E402  (re-exported: its home was this module)
-
-
-def _mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
-
-
-def resolve_device(device: str | torch.device = "auto", local_rank: int | None = None) -> torch.device:
-    """Turn ``"auto" | "cpu" | "cuda" | "cuda:N" | "mps"`` into a :class:`torch.device`.
-
-    ``"auto"`` picks CUDA, then Apple's MPS, then the CPU. Asking for a backend that is not available raises
-    a :class:`DeviceUnavailableError` (a RuntimeError) that says what was found. Under ``torchrun`` (``local_rank`` given) a bare ``"cuda"``
-    means ``cuda:<local_rank>``.
-    """
-    if isinstance(device, torch.device):
-        device = str(device)
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'auto', 'cpu', 'cuda' or 'mps', got {device!r}")
-    name = device.strip().lower()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
-    try:
-        resolved = torch.device(name)
-    except RuntimeError as err:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}") from err
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            build = "this PyTorch build has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
-            raise DeviceUnavailableError(
-                f"device {device!r} was requested, but CUDA is not available ({build}; torch "
-                f"{torch.__version__}). Use --device cpu (or auto), or install a CUDA build of PyTorch on a "
-                "machine with an NVIDIA GPU."
-            )
-        index = resolved.index if resolved.index is not None else (local_rank or 0)
-        if index >= torch.cuda.device_count():
-            raise DeviceUnavailableError(
-                f"device cuda:{index} was requested, but only {torch.cuda.device_count()} GPU(s) are visible"
-            )
-        resolved = torch.device("cuda", index)
-    elif resolved.type == "mps" and not _mps_available():
-        raise DeviceUnavailableError(f"device {device!r} was requested, but Apple's MPS backend is not available here")
-    elif resolved.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
-    return resolved
-
-
-def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
-    """Join the process group that ``torchrun`` describes in the environment; returns ``(rank, world, local)``.
-
-    Without ``torchrun`` (no ``WORLD_SIZE`` > 1 in the environment) this does nothing and returns
-    ``(0, 1, 0)``. The backend is NCCL when the processes train on CUDA, gloo otherwise.
-    """
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
-        return 0, 1, 0
-    if not dist.is_available():
-        raise RuntimeError("WORLD_SIZE > 1 but this PyTorch build has no torch.distributed support")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    target = resolve_device(device, local_rank)
-    if target.type == "cuda":
-        torch.cuda.set_device(target)
-        dist.init_process_group("nccl", device_id=target)
-    else:
-        dist.init_process_group("gloo")
-    return dist.get_rank(), dist.get_world_size(), local_rank
-
-
-def cleanup_distributed() -> None:
-    """Leave the process group if one was joined (safe to call always)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _distributed() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+from .devices import process_rank, resolve_device  # noqa: E402
+from .errors import DeviceUnavailableError  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -383,7 +302,7 @@ class Trainer:
         self.train_batches = self._check_batches("train_batches", train_batches, allow_empty=False)
         self.valid_batches = self._check_batches("valid_batches", valid_batches or [], allow_empty=True)
         self.config = config
-        self.rank, self.world_size = _distributed()
+        self.rank, self.world_size = process_rank()
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
         self.model = model.to(self.device)
         self.pad_id = model.config.pad_id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import io
 import json
 import os
@@ -13,7 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from companion.__main__ import build_parser, main
+from companion import runs
+from companion.cli import build_parser, main
+from companion.errors import ConfigError, RunError
+from companion.runs import RunConfig, add_options, option
+from companion.train import TrainConfig
 from companion.checkpoint import list_checkpoints, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,3 +193,96 @@ def test_word_tokenizer_run_translates(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("A dog runs.\nA zzyzx qwerty.\n"))
     assert main(["translate", "--checkpoint", str(out), "--beam-size", "1", "--device", "cpu"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+# --------------------------------------------------------------------------------------------------------
+# The run configuration: one declaration per option, checked once, errors without traceback only on purpose
+# --------------------------------------------------------------------------------------------------------
+def train_flags_by_dest() -> dict[str, list[str]]:
+    parser = subcommand_parsers()["train"]
+    flags: dict[str, list[str]] = {}
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            flags.setdefault(action.dest, []).extend(action.option_strings)
+    return flags
+
+
+def test_every_run_option_has_a_flag_is_recorded_and_reaches_the_trainer(tmp_path):
+    names = [f.name for f in dataclasses.fields(RunConfig)]
+    assert set(train_flags_by_dest()) == set(names)  # one flag (or switch pair) per field, nothing else
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0
+    recorded = json.loads((out / "run.json").read_text())["args"]
+    assert list(recorded) == names
+    assert RunConfig.from_record(recorded) == RunConfig(**{**recorded})
+    trainer_fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"betas", "eps"}
+    assert trainer_fields <= set(names)  # so RunConfig.train_config() sets every Trainer option
+    config = RunConfig.from_record(recorded).train_config()
+    assert all(getattr(config, name) == recorded[name] for name in trainer_fields)
+
+
+def test_a_new_option_is_declared_once_and_appears_in_the_cli_the_record_and_resume():
+    @dataclasses.dataclass
+    class WithKnob(RunConfig):
+        knob: int = option(3, "a new setting (default: {default})", metavar="N", group="optimisation")
+        knob_log: int = option(5, "a new logging setting (default: {default})", metavar="N", group="run",
+                               resumable=True)
+
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    add_options(parser, WithKnob, suppress_defaults=True)
+    assert "--knob N" in parser.format_help() and "(default: 3)" in parser.format_help()
+    given = vars(parser.parse_args(["--knob", "7", "--max-steps", "1", "--task", "copy"]))
+    assert given == {"knob": 7, "max_steps": 1, "task": "copy"}
+    recorded = WithKnob(**given).to_dict()
+    assert recorded["knob"] == 7 and recorded["knob_log"] == 5
+    assert WithKnob.resumed(recorded, {"knob_log": 9, "max_steps": 2}).knob_log == 9
+    with pytest.raises(RunError, match=r"--knob 8 \(the run used 7\)"):
+        WithKnob.resumed(recorded, {"knob": 8})
+    older = {k: v for k, v in recorded.items() if not k.startswith("knob")}  # a run recorded before the knob
+    assert WithKnob.from_record(older).knob == 3
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lr-factor", "inf", "--lr-factor must be a finite number"),
+    ("--lr-factor", "nan", "--lr-factor must be a finite number"),
+    ("--max-minutes", "inf", "--max-minutes must be a finite number"),
+    ("--save-every-minutes", "nan", "--save-every-minutes must be a finite number"),
+    ("--clip-grad", "-1", "--clip-grad must be a positive number"),
+    ("--dropout", "1.0", r"--dropout must be a number in \[0, 1\)"),
+    ("--label-smoothing", "nan", "--label-smoothing must be a finite number"),
+    ("--max-steps", "0", "--max-steps must be a positive integer"),
+    ("--seed", "-1", "--seed must be an integer >= 0"),
+    ("--synthetic-vocab", "4", "--synthetic-vocab must be an integer >= 5"),
+    ("--heads", "3", "d_model must be divisible by num_heads"),
+])
+def test_bad_option_values_are_reported_with_their_flag(flag, value, message, tmp_path, capsys):
+    out = tmp_path / "x"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out), flag, value]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not out.exists()  # checked before anything is written
+    given = {k: v for k, v in vars(build_parser().parse_args([*COPY, "--max-steps", "1", flag, value])).items()
+             if k != "command"}
+    with pytest.raises(ConfigError, match=message):  # the same check for library callers
+        RunConfig(**given)
+
+
+@pytest.mark.parametrize("flag, value", [("--alpha", "nan"), ("--alpha", "-0.5"), ("--beam-size", "0")])
+def test_bad_decoding_options_are_reported_with_their_flag(flag, value, capsys):
+    assert main(["translate", "--checkpoint", "nothing.pt", flag, value]) == 2
+    assert f"{flag} must be" in capsys.readouterr().err
+
+
+def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["train", "--preset", "tiny", "--data-dir", str(tmp_path / "absent"), "--max-steps", "1",
+                 "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_a_programming_error_keeps_its_traceback(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise ValueError("a bug, not a user error")
+
+    monkeypatch.setattr(runs, "build_run_data", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
+    assert "error:" not in capsys.readouterr().err

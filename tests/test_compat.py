@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from companion.__main__ import main
+from companion.cli import main
 from companion.checkpoint import list_checkpoints, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -20,8 +19,8 @@ from companion.train import (
     TrainingDivergedError,
     label_smoothed_loss,
     noam_lr,
-    resolve_device,
 )
+from companion.devices import resolve_device
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -140,26 +139,25 @@ def test_overfits_one_batch_to_near_zero_loss():
     assert result["valid_nll"] < 0.005, result
 
 
-def test_copy_task_reaches_99_percent_exact_match_within_a_minute():
+def test_copy_task_reaches_99_percent_exact_match_within_a_step_budget():
+    # A step budget, not a wall-clock one, so that a loaded machine cannot fail the test. On this seed the model
+    # passes 99% after 500 steps (~40 s on one idle CPU thread); 800 leaves room for platform differences.
     torch.manual_seed(0)
     train = make_batches(synthetic_pairs("copy", 20000, max_len=8, vocab_size=20, seed=0), 800, seed=0)
     held_out = synthetic_pairs("copy", 500, max_len=8, vocab_size=20, seed=123)
     model = Transformer(TransformerConfig(20, 20, d_model=64, num_heads=2, num_encoder_layers=2,
                                           num_decoder_layers=2, d_ff=128, dropout=0.0, max_len=32))
     config = TrainConfig(max_steps=300, warmup=100, lr_factor=0.5, label_smoothing=0.0, progress=False,
-                         device="cpu", max_minutes=1.0)
+                         device="cpu")
     trainer = Trainer(model, config, train)
-    start = time.perf_counter()
     accuracy = 0.0
-    while time.perf_counter() - start < 60:
+    while trainer.state.step < 800:
         trainer.train()
         accuracy = exact_match(model, held_out)
         if accuracy >= 0.99:
             break
         config.max_steps += 100
-    elapsed = time.perf_counter() - start
-    assert accuracy >= 0.99, f"exact match {accuracy:.3f} after {trainer.state.step} steps, {elapsed:.0f} s"
-    assert elapsed < 60, f"took {elapsed:.0f} s"
+    assert accuracy >= 0.99, f"exact match {accuracy:.3f} after {trainer.state.step} steps"
 
 
 def test_gradient_accumulation_equals_one_big_batch():

@@ -1,0 +1,119 @@
+"""Command line: ``python -m companion train | translate | evaluate`` (also installed as ``companion``).
+
+Examples::
+
+    python -m companion train --preset small --src de --tgt en --data-dir ../shared/data/multi30k \\
+        --max-minutes 20 --average-last 5 --out runs/de-en
+    python -m companion translate --checkpoint runs/de-en < sentences.de > sentences.en
+    python -m companion evaluate --checkpoint runs/de-en --split test
+    torchrun --nproc_per_node 2 -m companion train --preset base --out runs/base   # several processes
+
+Run ``python -m companion COMMAND --help`` for every flag.
+
+This module is argparse only: the flags are built from the fields of :class:`companion.runs.RunConfig`,
+:class:`~companion.runs.TranslateConfig` and :class:`~companion.runs.EvaluateConfig`, and each command calls the
+matching run of :mod:`companion.runs`. Errors that ``companion`` raises on purpose
+(:class:`~companion.errors.CompanionError`) are printed as ``companion COMMAND: error: ...`` with exit code 2;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence, TextIO
+
+from .errors import CompanionError, RunError
+from .runs import (EvaluateConfig, RunConfig, TranslateConfig, add_options, evaluate_run, load_for_inference,
+                   option_fields, train_run, translate_run)
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``companion`` argument parser with its three sub-commands (flags from the run configs' fields)."""
+    parser = argparse.ArgumentParser(
+        prog="companion", description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
+        epilog="Run 'companion COMMAND --help' for the flags of each command.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = sub.add_parser(
+        "train", argument_default=argparse.SUPPRESS, help="train a model (Multi30k or a synthetic task)",
+        description="Train a Transformer with the paper's recipe (Adam 0.9/0.98/1e-9, warmup + inverse-square-root "
+                    "learning rate, label smoothing, dropout). Writes DIR/run.json, DIR/metrics.jsonl (JSON lines) "
+                    "and DIR/checkpoints/step_*.pt. Several processes: torchrun --nproc_per_node N -m companion "
+                    "train ...")
+    add_options(train, RunConfig, suppress_defaults=True)
+
+    translate = sub.add_parser(
+        "translate", help="translate sentences, one per line (stdin -> stdout)",
+        description="Translate one sentence per line from --input (or stdin) to stdout, in the same order. An "
+                    "empty input line gives an empty output line. Sentences longer than the model's max_len are "
+                    "truncated with a warning.")
+    add_options(translate, TranslateConfig)
+
+    evaluate = sub.add_parser(
+        "evaluate", help="BLEU and chrF (sacreBLEU) on a Multi30k split",
+        description="Translate a Multi30k split with the checkpoint and score it with sacreBLEU (BLEU and chrF on "
+                    "detokenized text; the signatures are printed).")
+    add_options(evaluate, EvaluateConfig)
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return parser
+
+
+def _options(args: argparse.Namespace, config_class: type) -> dict:
+    names = {f.name for f in option_fields(config_class)}
+    return {name: value for name, value in vars(args).items() if name in names}
+
+
+def _read_lines(path: str | None, stdin: TextIO) -> list[str]:
+    if not path:
+        return stdin.read().splitlines()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().splitlines()
+    except OSError as error:
+        raise RunError(f"--input {path}: {error.strerror}") from None
+
+
+def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
+    if as_json:
+        stdout.write(json.dumps({k: v for k, v in result.items() if k != "hypotheses"}, indent=2) + "\n")
+    else:
+        stdout.write(f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
+                     f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, step {result['step']})\n")
+        stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
+        stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
+    stdout.flush()
+
+
+def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, stdout: TextIO) -> int:
+    """Run the parsed command ``args`` (``argv``: the words it was parsed from); returns the exit code."""
+    if args.command == "train":
+        train_run(_options(args, RunConfig), command=list(argv[1:]))
+        return 0
+    if args.command == "translate":
+        config = TranslateConfig(**_options(args, TranslateConfig))
+        loaded = load_for_inference(config.checkpoint, config.device)
+        for text in translate_run(config, _read_lines(config.input, stdin), loaded=loaded):
+            stdout.write(text + "\n")
+        stdout.flush()
+        return 0
+    _print_evaluation(evaluate_run(EvaluateConfig(**_options(args, EvaluateConfig))), args.json, stdout)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m companion`` and of the ``companion`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return run_command(args, argv, sys.stdin, sys.stdout)
+    except CompanionError as error:
+        print(f"companion {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
