@@ -395,7 +395,7 @@ class RunConfig:
         """
         _check_known(cls, given)
         fields_by_name = {f.name: f for f in option_fields(cls)}
-        conflicts = [f"--{name.replace('_', '-')} {value!r} (the run used {recorded.get(name)!r})"
+        conflicts = [f"{_as_typed(cls, name, value)} (the run used {recorded.get(name)!r})"
                      for name, value in given.items()
                      if not fields_by_name[name].metadata["option"]["resumable"] and value != recorded.get(name)]
         if conflicts:
@@ -422,6 +422,15 @@ class RunConfig:
         shared = self.task == "multi30k" and self.tokenizer == "bpe" and src_vocab_size == tgt_vocab_size
         return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                                  share_embeddings=shared, tie_output=True, **self._model_fields())
+
+
+def _as_typed(config_class: type, name: str, value: Any) -> str:
+    """How a user gives ``value`` to the option ``name``: ``--heads 2``, or the switch alone (``--post-ln``)."""
+    spec = next(f for f in dataclasses.fields(config_class) if f.name == name).metadata["option"]
+    for flag, (switch_value, _) in (spec["switches"] or {}).items():
+        if switch_value == value:
+            return flag
+    return f"{flag_of(config_class, name)} {value!r}"
 
 
 def _check_known(config_class: type, given: Mapping[str, Any]) -> None:

@@ -93,6 +93,10 @@ def test_out_folder_with_a_run_is_refused_then_overwritten_or_resumed(tmp_path, 
 
     assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume", "--preset", "small"]) == 2
     assert "--preset 'small' (the run used 'tiny')" in capsys.readouterr().err
+    assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume", "--heads", "2"]) == 2
+    assert "--heads 2 (the run used 4)" in capsys.readouterr().err  # the flag's name, not the field's
+    assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume", "--norm-first"]) == 2
+    assert "--norm-first (the run used False)" in capsys.readouterr().err
 
     assert main([*COPY, "--max-steps", "5", "--out", str(out), "--resume"]) == 0
     assert "resumed at step 3" in capsys.readouterr().out
