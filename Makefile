@@ -72,3 +72,31 @@ site: install
 
 clean:
 	rm -rf _build
+
+## make lab: JupyterLab from .venv. Jupytext's contents manager (installed with jupytext) keeps each chapter's .md
+## and .ipynb paired on save (formats in jupytext.toml); binder/jupyterlab/overrides.json makes a double click open
+## a .md as a notebook. LAB_ARGS passes options, e.g. LAB_ARGS=--no-browser.
+.PHONY: lab colab-check
+LAB_SETTINGS := --LabApp.app_settings_dir=$(CURDIR)/binder/jupyterlab
+LAB_ARGS ?=
+lab: install
+	$(BIN)/jupyter lab $(LAB_SETTINGS) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+## make colab-check: an environment with Colab's versions of the packages that matter (colab/packages.txt, and
+## COLAB_TORCH for torch), the chapters' Colab cell run in it as Colab runs it, a check that the install changed
+## none of those versions, then every chapter's imports and widgets executed there (see colab/README.md).
+COLAB_PYTHON ?= python3.11
+COLAB_TORCH ?= torch==2.13.0
+COLAB_VENV ?= colab/.venv
+
+$(COLAB_VENV)/.installed: colab/packages.txt
+	rm -rf $(COLAB_VENV)
+	$(COLAB_PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/python -m pip install --quiet "$$(grep '^pip==' colab/packages.txt)"
+	$(COLAB_VENV)/bin/python -m pip install --quiet "$(COLAB_TORCH)"
+	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps -r colab/packages.txt
+	$(COLAB_VENV)/bin/python -m pip list --format json > $(COLAB_VENV)/base-packages.json
+	touch $@
+
+colab-check: install $(COLAB_VENV)/.installed
+	COLAB_ENV_PYTHON=$(abspath $(COLAB_VENV))/bin/python $(BIN)/python -m pytest colab -p no:cacheprovider -v
