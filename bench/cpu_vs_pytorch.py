@@ -22,12 +22,11 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _common import write_results
 from torch import nn
 
 import companion
 from companion.data import WordTokenizer, encode_pairs, load_multi30k, make_batches
-
-from _common import write_results
 
 
 class TorchTransformer(nn.Module):

@@ -25,17 +25,18 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _common import unflatten, with_provenance, write_results  # noqa: E402
+from flops import training_flops  # noqa: E402
+
 import companion  # noqa: E402
 from companion.data import make_batches  # noqa: E402
 from companion.train import label_smoothed_loss, noam_lr  # noqa: E402
 
-from _common import unflatten, with_provenance, write_results  # noqa: E402
-from flops import training_flops  # noqa: E402
-
 
 def load_pairs(path: pathlib.Path) -> tuple[list[tuple[list[int], list[int]]], int]:
     data = torch.load(path, weights_only=True)
-    pairs = list(zip(unflatten(data["src_flat"], data["src_offsets"]), unflatten(data["tgt_flat"], data["tgt_offsets"])))
+    pairs = list(zip(unflatten(data["src_flat"], data["src_offsets"]),
+                     unflatten(data["tgt_flat"], data["tgt_offsets"])))
     return pairs, int(data["vocab_size"])
 
 

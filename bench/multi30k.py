@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["bleu_last_checkpoint_alone"] = round(alone["bleu"], 2)
             entry["chrf_last_checkpoint_alone"] = round(alone["chrf"], 2)
         results[direction] = entry
-        mark = "" if target is None else (" (target >= %.0f: %s)" % (target, "met" if entry["meets_target"] else "MISSED"))
+        mark = "" if target is None else f" (target >= {target:.0f}: {'met' if entry['meets_target'] else 'MISSED'})"
         print(f"{direction} {scored['split']}: BLEU = {scored['bleu']:.2f}{mark}\n  {scored['bleu_signature']}\n"
               f"{direction} {scored['split']}: chrF = {scored['chrf']:.2f}\n  {scored['chrf_signature']}\n"
               f"  {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['train_seconds'] / 60:.1f} min "

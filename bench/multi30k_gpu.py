@@ -33,11 +33,11 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from _common import flatten, hardware, learning_curve, unflatten, write_results  # noqa: E402
+
 import companion  # noqa: E402
 from companion.checkpoint import average_checkpoints, list_checkpoints, model_from_checkpoint  # noqa: E402
 from companion.data import make_batches  # noqa: E402
-
-from _common import flatten, hardware, learning_curve, unflatten, write_results  # noqa: E402
 
 LANGUAGES = ("en", "de")
 SPLITS = ("train", "valid", "test")

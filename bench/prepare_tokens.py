@@ -13,10 +13,9 @@ import json
 import pathlib
 
 import torch
+from _common import flatten
 
 from companion.data import SubwordTokenizer, encode_pairs, load_multi30k
-
-from _common import flatten
 
 
 def main() -> None:

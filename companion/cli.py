@@ -22,11 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from .errors import CompanionError, RunError
-from .runs import (EvaluateConfig, RunConfig, TranslateConfig, add_options, evaluate_run, load_for_inference,
-                   option_fields, train_run, translate_run)
+from .runs import (
+    EvaluateConfig,
+    RunConfig,
+    TranslateConfig,
+    add_options,
+    evaluate_run,
+    load_for_inference,
+    option_fields,
+    train_run,
+    translate_run,
+)
 
 __all__ = ["main", "build_parser"]
 
@@ -82,7 +92,8 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
         stdout.write(json.dumps({k: v for k, v in result.items() if k != "hypotheses"}, indent=2) + "\n")
     else:
         stdout.write(f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
-                     f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, step {result['step']})\n")
+                     f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, "
+                     f"step {result['step']})\n")
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
     stdout.flush()

@@ -35,13 +35,15 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from ._validation import check_bool, check_choice, check_integer, check_number
 from .errors import ConfigError, RunError
-from .model import MODEL_PRESETS
+from .model import MODEL_PRESETS, TransformerConfig
+from .train import TrainConfig
 
 __all__ = [
     "TRAINING_PRESETS",
@@ -327,7 +329,7 @@ class RunConfig:
         cls = type(self)
         for f in option_fields(cls):
             spec = f.metadata["option"]
-            if spec["choices"] and f.name != "norm_first":
+            if spec["choices"]:
                 check_choice(flag_of(cls, f.name), getattr(self, f.name), spec["choices"])
             elif _base_type(f) is bool:
                 check_bool(flag_of(cls, f.name), getattr(self, f.name))
@@ -359,8 +361,6 @@ class RunConfig:
 
     def _check_model_shape(self) -> None:
         """The model's own rules (heads divide d_model, ...), checked now rather than after data loading."""
-        from .model import TransformerConfig
-
         try:
             TransformerConfig(8, 8, **self._model_fields())
         except ValueError as error:
@@ -377,7 +377,7 @@ class RunConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_record(cls, values: Mapping[str, Any]) -> "RunConfig":
+    def from_record(cls, values: Mapping[str, Any]) -> RunConfig:
         """The config a run recorded (``run.json``'s or a checkpoint's ``args``).
 
         Keys of options that no longer exist are ignored; options added since take their defaults (and,
@@ -387,7 +387,7 @@ class RunConfig:
         return cls(**{k: v for k, v in values.items() if k in known})
 
     @classmethod
-    def resumed(cls, recorded: Mapping[str, Any], given: Mapping[str, Any]) -> "RunConfig":
+    def resumed(cls, recorded: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:
         """The config of a resumed run: the recorded values, with the ``given`` ones that may change.
 
         Raises :class:`~companion.errors.RunError` listing every given option that may not change on
@@ -405,20 +405,16 @@ class RunConfig:
         merged = {**{k: v for k, v in recorded.items() if k in known}, **given, "resume": True}
         return cls(**merged)
 
-    def train_config(self):
+    def train_config(self) -> TrainConfig:
         """The :class:`~companion.train.TrainConfig` of this run: every field the two classes share by name."""
-        from .train import TrainConfig
-
         shared = {f.name for f in dataclasses.fields(TrainConfig)} & {f.name for f in dataclasses.fields(self)}
         return TrainConfig(**{name: getattr(self, name) for name in shared})
 
-    def model_config(self, src_vocab_size: int, tgt_vocab_size: int):
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
         """The :class:`~companion.model.TransformerConfig` of this run for the given vocabulary sizes.
 
         Embeddings are shared when one BPE vocabulary serves both languages; the output projection is tied.
         """
-        from .model import TransformerConfig
-
         shared = self.task == "multi30k" and self.tokenizer == "bpe" and src_vocab_size == tgt_vocab_size
         return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                                  share_embeddings=shared, tie_output=True, **self._model_fields())
@@ -555,6 +551,7 @@ def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None
         train = encode_pairs(splits["train"], src_tok, tgt_tok, max_len=config.max_len)
         valid = encode_pairs(splits["valid"], src_tok, tgt_tok, max_len=config.max_len)
         tokenizers, vocab_sizes = {"src": src_tok, "tgt": tgt_tok}, (src_tok.vocab_size, tgt_tok.vocab_size)
+    assert config.max_tokens is not None  # filled from the preset when the config was built
     train_batches = make_batches(train, config.max_tokens, seed=config.seed)
     valid_batches = make_batches(valid, config.max_tokens, shuffle=False)
     return RunData(tokenizers, vocab_sizes, train_batches, valid_batches)

@@ -25,9 +25,10 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -35,6 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_positive_int, check_tensor
+from .devices import process_rank, resolve_device
+from .errors import DeviceUnavailableError, TrainingDivergedError  # re-exported: their home was this module
 
 __all__ = [
     "noam_lr",
@@ -144,17 +147,8 @@ def label_smoothed_loss(
 
 
 # --------------------------------------------------------------------------------------------------------
-# Devices (companion.devices); the errors are re-exported here, their home before companion.errors
+# Configuration
 # --------------------------------------------------------------------------------------------------------
-from .devices import process_rank, resolve_device  # noqa: E402
-from .errors import DeviceUnavailableError  # noqa: E402,F401
-
-
-# --------------------------------------------------------------------------------------------------------
-# Configuration and errors
-# --------------------------------------------------------------------------------------------------------
-from .errors import TrainingDivergedError  # noqa: E402  (re-exported: its home was this module)
-
 
 @dataclass
 class TrainConfig:
@@ -205,7 +199,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # JSON round trips turn it into a list
+        self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON round trips turn it into a list
         for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_last"):
             value = getattr(self, name)
             if value is not None:
@@ -236,7 +230,7 @@ class TrainConfig:
         return values
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
@@ -319,7 +313,7 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
         if config.compile:
-            self.train_model = torch.compile(self.train_model)
+            self.train_model = cast(nn.Module, torch.compile(self.train_model))
         torch.manual_seed(config.seed + self.rank)
         self._last_save_time = 0.0
 
@@ -363,7 +357,7 @@ class Trainer:
                     now = time.perf_counter()
                     time_up = self._time_up(start_seconds + now - start_time)
                     every = cfg.save_every_minutes
-                    return time_up, bool(every) and now - self._last_save_time >= 60.0 * every
+                    return time_up, every is not None and now - self._last_save_time >= 60.0 * every
 
                 loss_sum, nll_sum, tgt_tokens, all_tokens, (time_up, save_due) = self._train_step(group, flags)
                 self.state.train_seconds = start_seconds + time.perf_counter() - start_time
@@ -470,7 +464,7 @@ class Trainer:
                 share = share.pin_memory()  # page-locked, so that the copy below is asynchronous
             share = share.to(self.device, non_blocking=True)
             last = i == len(group) - 1
-            sync = contextlib.nullcontext()
+            sync: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             if self.world_size > 1 and not last:
                 sync = self._ddp_module().no_sync()
             with sync:
@@ -505,7 +499,7 @@ class Trainer:
         self.state.step = next_step
         return loss_value, nll_value, total_tgt, all_tokens, (time_flag > 0, save_flag > 0)
 
-    def _ddp_module(self) -> nn.parallel.DistributedDataParallel:
+    def _ddp_module(self) -> Any:
         module = self.train_model
         module = getattr(module, "_orig_mod", module)  # torch.compile wrapper
         return module
@@ -534,7 +528,8 @@ class Trainer:
             share = share.to(self.device)
             with self._autocast():
                 logits = self.model(share.src, share.tgt_in)
-            loss_sum, nll_sum, count = label_smoothed_loss(logits, share.tgt_out, self.config.label_smoothing, self.pad_id)
+            loss_sum, nll_sum, count = label_smoothed_loss(logits, share.tgt_out, self.config.label_smoothing,
+                                                           self.pad_id)
             sums += torch.stack([loss_sum.double(), nll_sum.double(), count.double()]) * weight
         if self.world_size > 1:
             dist.all_reduce(sums)
@@ -552,7 +547,7 @@ class Trainer:
         return result
 
     # -- logging -----------------------------------------------------------------------------------------
-    def _log_train(self, window: "_Window", bar: Any) -> None:
+    def _log_train(self, window: _Window, bar: Any) -> None:
         now = time.perf_counter()
         seconds = max(now - window.start, 1e-9)
         loss = window.loss / max(window.tgt_tokens, 1)
@@ -660,7 +655,7 @@ class Trainer:
         """
         from .checkpoint import CheckpointError, check_compatible, load_checkpoint, load_model_weights
 
-        ckpt = load_checkpoint(checkpoint, map_location=self.device) if not isinstance(checkpoint, Mapping) else checkpoint
+        ckpt = checkpoint if isinstance(checkpoint, Mapping) else load_checkpoint(checkpoint, map_location=self.device)
         check_compatible(ckpt, model_config=self.model.config, tokenizers=self.tokenizers or None)
         if not ckpt.get("trainer_state"):
             raise CheckpointError(

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from companion import runs
+from companion.checkpoint import list_checkpoints, load_checkpoint
 from companion.cli import build_parser, main
 from companion.errors import ConfigError, RunError
 from companion.runs import RunConfig, add_options, option
 from companion.train import TrainConfig
-from companion.checkpoint import list_checkpoints, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,3 +290,17 @@ def test_a_programming_error_keeps_its_traceback(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="a bug"):
         main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
     assert "error:" not in capsys.readouterr().err
+
+
+def test_presets_are_one_table_shared_by_the_cli_and_the_model():
+    from companion.model import MODEL_PRESETS, TransformerConfig
+    from companion.runs import TRAINING_PRESETS
+
+    assert list(MODEL_PRESETS) == list(TRAINING_PRESETS) == ["tiny", "small", "base", "big"]
+    for name in MODEL_PRESETS:
+        config = RunConfig(preset=name, max_steps=1).model_config(37000, 37000)
+        assert config == TransformerConfig.from_preset(name, 37000, 37000, max_len=256)
+        assert RunConfig(preset=name, max_steps=1).max_tokens == TRAINING_PRESETS[name]["max_tokens"]
+    assert TransformerConfig.base(37000, 37000) == TransformerConfig.from_preset("base", 37000, 37000)
+    explicit = RunConfig(preset="base", max_steps=1, d_model=256, warmup=10)
+    assert (explicit.d_model, explicit.num_heads, explicit.warmup) == (256, 8, 10)  # flag > preset > default

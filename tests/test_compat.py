@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from companion.cli import main
 from companion.checkpoint import list_checkpoints, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from companion.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
@@ -54,8 +54,7 @@ def test_old_word_tokenizers_come_back():
 
 
 @pytest.mark.skipif(not (DATA / "train.de.gz").is_file(), reason="Multi30k not found")
-def test_old_multi30k_run_translates_and_evaluates_as_before(tmp_path, capsys):
-    out = tmp_path / "out.txt"
+def test_old_multi30k_run_translates_and_evaluates_as_before(capsys):
     assert main(["translate", "--checkpoint", str(FIXTURES / "m30k_run"), "--input",
                  str(FIXTURES / "translate_input.txt"), "--beam-size", "2", "--device", "cpu"]) == 0
     assert capsys.readouterr().out.splitlines() == EXPECTED["m30k_translate_beam2"]

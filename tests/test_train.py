@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from companion import Transformer, TransformerConfig
 from companion.data import EOS_ID, make_batches, synthetic_pairs
 from companion.decode import greedy_decode
+from companion.devices import resolve_device
 from companion.train import (
     DeviceUnavailableError,
     TrainConfig,
@@ -20,8 +21,6 @@ from companion.train import (
     label_smoothed_loss,
     noam_lr,
 )
-from companion.devices import resolve_device
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
