@@ -618,7 +618,10 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
             import torch.distributed as dist
 
             dist.barrier()  # rank 0 has cleaned the folder
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunError(f"--out {out}: cannot create the folder ({error.strerror})") from None
 
         started = time.time()
         data = build_run_data(config, saved_tokenizers, rank, world_size)

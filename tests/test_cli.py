@@ -282,6 +282,12 @@ def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
+def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    assert main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "a_file" / "run")]) == 2
+    assert "cannot create the folder" in capsys.readouterr().err
+
+
 def test_a_programming_error_keeps_its_traceback(tmp_path, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise ValueError("a bug, not a user error")
