@@ -35,9 +35,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_positive_int, check_tensor
+from ._validation import check_integer, check_number, check_positive_int, check_tensor
 from .devices import process_rank, resolve_device
-from .errors import DeviceUnavailableError, TrainingDivergedError  # re-exported: their home was this module
+# DeviceUnavailableError and TrainingDivergedError are re-exported: their home was this module
+from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
 
 __all__ = [
     "noam_lr",
@@ -156,7 +157,8 @@ class TrainConfig:
 
     Stopping: at least one of ``max_steps`` (optimizer steps, counted from the very first step of the run),
     ``max_minutes`` (wall-clock minutes spent in :meth:`Trainer.train`, summed over resumed sessions) and
-    ``max_epochs`` must be set; training stops at whichever comes first.
+    ``max_epochs`` must be set; training stops at whichever comes first. Invalid values (also inf and nan)
+    raise :class:`~companion.errors.ConfigError`, a ValueError, naming the field.
 
     Attributes:
         warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
@@ -201,27 +203,23 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON round trips turn it into a list
         for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_last"):
-            value = getattr(self, name)
-            if value is not None:
-                check_positive_int(name, value)
+            if getattr(self, name) is not None:
+                check_integer(name, getattr(self, name), minimum=1)
         for name in ("warmup", "accum_steps", "log_every"):
-            check_positive_int(name, getattr(self, name))
+            check_integer(name, getattr(self, name), minimum=1)
         for name in ("max_minutes", "save_every_minutes", "clip_grad"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), low=0, low_inclusive=False)
         if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
-            raise ValueError("set at least one of max_steps, max_minutes or max_epochs, or training never stops")
-        if not isinstance(self.lr_factor, (int, float)) or isinstance(self.lr_factor, bool) or self.lr_factor <= 0:
-            raise ValueError(f"lr_factor must be a positive number, got {self.lr_factor!r}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not self.eps > 0:
-            raise ValueError(f"eps must be positive, got {self.eps!r}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+            raise ConfigError("set at least one of max_steps, max_minutes or max_epochs, or training never stops")
+        check_number("lr_factor", self.lr_factor, low=0, low_inclusive=False)
+        if len(self.betas) != 2:
+            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for beta in self.betas:
+            check_number("betas", beta, low=0, high=1, high_inclusive=False)
+        check_number("eps", self.eps, low=0, low_inclusive=False)
+        check_number("label_smoothing", self.label_smoothing, low=0, high=1, high_inclusive=False)
+        check_integer("seed", self.seed, minimum=0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable)."""

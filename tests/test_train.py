@@ -272,3 +272,13 @@ def test_gradient_clipping_bounds_the_gradient_norm():
     b.train()
     assert first_moment_norm(a) == pytest.approx(1e-3, rel=1e-3)
     assert first_moment_norm(b) > 0.1
+
+
+@pytest.mark.parametrize("field, value", [("max_minutes", float("inf")), ("lr_factor", float("nan")),
+                                          ("clip_grad", float("inf")), ("label_smoothing", float("nan")),
+                                          ("eps", float("nan")), ("save_every_minutes", float("nan"))])
+def test_train_config_rejects_non_finite_numbers(field, value):
+    from companion.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"{field} must be a finite number"):
+        TrainConfig(**{"max_steps": 1, field: value})
