@@ -37,6 +37,7 @@ from torch import nn
 
 from ._validation import check_integer, check_number, check_positive_int, check_tensor
 from .devices import process_rank, resolve_device
+
 # DeviceUnavailableError and TrainingDivergedError are re-exported: their home was this module
 from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
 
