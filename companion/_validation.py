@@ -41,8 +41,8 @@ def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty [batch, seq] tensor, got shape {tuple(tokens.shape)}")
-    low, high = torch.aminmax(tokens)  # one pass, one host sync
-    low, high = int(low), int(high)
+    extremes = torch.aminmax(tokens)  # one pass, one host sync
+    low, high = int(extremes.min), int(extremes.max)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(

@@ -293,13 +293,17 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(query, key, value, cache)
         if cache is not None and not cache.static:
             mask, is_causal = self._extend_self_cache(cache, q, k, v, mask, is_causal, need_weights)
+            assert cache.key is not None and cache.value is not None
             k, v = cache.key, cache.value
         if mask is not None:
             check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
             check_bool_mask("mask", mask, (query.shape[0], self.num_heads, q.shape[-2], k.shape[-2]))
         _check_causal(is_causal, mask, q, k)
         out, weights = self.attend(q, k, v, mask=mask, need_weights=need_weights, is_causal=is_causal)
-        return (out, weights) if need_weights else out
+        if need_weights:
+            assert weights is not None
+            return out, weights
+        return out
 
     # -- steps of forward, public for teaching ---------------------------------------------------------
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:

@@ -280,6 +280,7 @@ def check_compatible(checkpoint: Mapping[str, Any], model_config: Any = None,
         if saved is None:
             raise CheckpointError("the checkpoint has no vocabularies (a synthetic-task model), but tokenizers "
                                   "were given")
+        assert current_tok is not None
         for side in ("src", "tgt"):
             if saved[side] != current_tok[side]:
                 raise CheckpointError(

@@ -16,7 +16,7 @@ Neither search emits ``<pad>`` or ``<bos>``; the returned id lists hold neither 
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from typing import Literal, Sequence, overload
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +142,18 @@ class _Hypotheses:
         return max(self.items, key=lambda item: item[0])
 
 
+@overload
+def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
+                max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+                return_scores: Literal[False] = False) -> list[list[int]]: ...
+
+
+@overload
+def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
+                max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+                return_scores: Literal[True]) -> tuple[list[list[int]], list[float]]: ...
+
+
 @torch.no_grad()
 def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
                 max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
@@ -155,7 +167,8 @@ def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, al
     reaches its length limit (:func:`max_output_lengths`; the running ones then count as finished). The best
     finished hypothesis wins. With ``beam_size=1`` this is exactly :func:`greedy_decode`.
 
-    Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores`` also their scores.
+    Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
+    ``(ids, scores)`` (the flag is a literal at each call site, so the type is known statically).
     """
     src = _check_inputs(model, src, max_extra_len, bos_id, eos_id)
     check_positive_int("beam_size", beam_size)
@@ -274,7 +287,7 @@ def score_hypotheses(model: Transformer, src: torch.Tensor, hypotheses: Sequence
     logits[..., bos_id] = float("-inf")
     log_probs = F.log_softmax(logits, dim=-1).gather(-1, tgt_out[..., None]).squeeze(-1)
     log_probs = log_probs.masked_fill(tgt_out == pad, 0.0).sum(dim=1)
-    return [float(lp) / length_penalty(len(h) + 1, alpha) for lp, h in zip(log_probs, hypotheses)]
+    return [float(lp) / float(length_penalty(len(h) + 1, alpha)) for lp, h in zip(log_probs, hypotheses)]
 
 
 def translate(model: Transformer, sentences: Sequence[str], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
@@ -308,22 +321,22 @@ def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_
     """
     check_positive_int("batch_size", batch_size)
     check_positive_int("beam_size", beam_size)
-    sources = [list(ids) for ids in sources]
-    for i, ids in enumerate(sources):
-        if not ids:
+    rows = [list(ids) for ids in sources]
+    for i, row in enumerate(rows):
+        if not row:
             raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    outputs: list[list[int]] = [[] for _ in sources]
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
+    outputs: list[list[int]] = [[] for _ in rows]
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        src = pad_sequences([sources[i] for i in chunk], model.config.pad_id).to(device)
+        src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
         if beam_size == 1:
-            ids = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
+            hypotheses = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
         else:
-            ids = beam_search(model, src, beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
-        for i, hypothesis in zip(chunk, ids):
+            hypotheses = beam_search(model, src, beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
+        for i, hypothesis in zip(chunk, hypotheses):
             outputs[i] = hypothesis
     return outputs
 

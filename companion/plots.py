@@ -116,6 +116,7 @@ def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str], key
         ax.set_xlabel(xlabel, fontsize=9)
         if head % ncols == 0:
             ax.set_ylabel(ylabel, fontsize=9)
+    assert image is not None, "no head was drawn"
     fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title)

@@ -74,7 +74,7 @@ class PositionalEncoding(_AddPositions):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def table(self) -> torch.Tensor:
-        return self.pe
+        return self.get_buffer("pe")
 
 
 class LearnedPositionalEncoding(_AddPositions):

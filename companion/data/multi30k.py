@@ -87,12 +87,14 @@ def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple
     missing = [f"{stem}.{lang}.gz" for lang, path in paths.items() if path is None]
     if missing:
         raise FileNotFoundError(f"data_dir {str(folder)!r} lacks {', '.join(missing)}. {_HOW_TO_GET}")
-    src_lines, tgt_lines = _read_lines(paths[src]), _read_lines(paths[tgt])
+    src_path, tgt_path = paths[src], paths[tgt]
+    assert src_path is not None and tgt_path is not None
+    src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
         raise ValueError(
-            f"{paths[src]} has {len(src_lines)} lines but {paths[tgt]} has {len(tgt_lines)}; "
+            f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
             "source and target files must be line-aligned (one sentence pair per line)")
-    return _drop_empty_pairs(list(zip(src_lines, tgt_lines)), f"{paths[src].name}/{paths[tgt].name}")
+    return _drop_empty_pairs(list(zip(src_lines, tgt_lines)), f"{src_path.name}/{tgt_path.name}")
 
 
 def _drop_empty_pairs(pairs: list[tuple[str, str]], where: str) -> list[tuple[str, str]]:

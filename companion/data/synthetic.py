@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 from .._validation import check_positive_int
 from .tokenizers import SPECIAL_TOKENS
@@ -21,7 +22,8 @@ def synthetic_pairs(task: str, num_examples: int, *, min_len: int = 1, max_len: 
     Source ids are drawn uniformly from ``range(4, vocab_size)`` (ids 0-3 are the specials) and lengths
     uniformly from ``[min_len, max_len]``; the same ``seed`` gives the same pairs.
     """
-    transforms = {"copy": list, "reverse": lambda s: s[::-1], "sort": sorted}
+    transforms: dict[str, Callable[[list[int]], list[int]]] = {"copy": list, "reverse": lambda s: s[::-1],
+                                                                "sort": sorted}
     if task not in transforms:
         raise ValueError(f"task must be one of {list(SYNTHETIC_TASKS)}, got {task!r}")
     check_positive_int("num_examples", num_examples)

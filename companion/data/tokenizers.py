@@ -86,11 +86,13 @@ def _check_texts(name: str, texts: object) -> list[str]:
     """A list of strings (any iterable of ``str``), or a TypeError naming the argument."""
     if isinstance(texts, str):
         raise TypeError(f"{name} must be an iterable of strings, got a single string")
-    texts = list(texts)  # type: ignore[arg-type]
-    for i, text in enumerate(texts):
+    if not isinstance(texts, Iterable):
+        raise TypeError(f"{name} must be an iterable of strings, got {type(texts).__name__}")
+    items: list[object] = list(texts)
+    for i, text in enumerate(items):
         if not isinstance(text, str):
             raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
-    return texts
+    return [str(text) for text in items]
 
 
 def _check_text(text: object) -> str:
@@ -293,7 +295,7 @@ class SubwordTokenizer(Tokenizer):
         specials = list(SPECIAL_TOKENS)
         if model == "bpe":
             tokenizer = HFTokenizer(models.BPE(unk_token=UNK))
-            trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+            trainer: Any = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                           special_tokens=specials, show_progress=False)
         elif model == "unigram":
             tokenizer = HFTokenizer(models.Unigram())
@@ -352,7 +354,7 @@ def tokenizer_from_dict(values: dict[str, Any]) -> Tokenizer:
     if kind not in _TOKENIZER_TYPES:
         raise ValueError(f"values['type'] must be one of {sorted(_TOKENIZER_TYPES)}, got {kind!r}")
     try:
-        return _TOKENIZER_TYPES[kind].from_dict(values)
+        return _TOKENIZER_TYPES[kind].from_dict(values)  # type: ignore[attr-defined]
     except KeyError as missing:
         raise ValueError(f"tokenizer dict of type {kind!r} lacks the key {missing}") from None
 
