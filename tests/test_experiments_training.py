@@ -142,6 +142,47 @@ def test_seed_global_rng_makes_dropout_reproducible():
     assert fit(dropout_model(), random_rows(x, y), mse, 4, lr=0.01, seed=5) != runs[0]
 
 
+def test_adam_eps_reaches_the_optimizer():
+    """A huge eps turns Adam's step into about lr * m / eps, so the weights barely move."""
+    x, y = regression_data()
+    model = linear_model()
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    fit(model, random_rows(x, y), mse, 3, lr=0.1, eps=1e6)
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert 0 < float((after - before).abs().max()) < 1e-5
+
+
+def test_on_step_sees_every_step_with_its_loss_and_unclipped_gradient_norm():
+    x, y = regression_data()
+    seen = []
+    losses = fit(linear_model(), random_rows(x, y), mse, 4, lr=0.01, seed=2, clip_norm=1e-3,
+                 on_step=lambda step, loss, norm: seen.append((step, loss, norm)))
+    assert [s for s, _, _ in seen] == [0, 1, 2, 3]
+    assert [loss for _, loss, _ in seen] == losses
+    first = linear_model()  # the first step's gradient norm, by hand: before clipping, so far above 1e-3
+    mse(first, random_rows(x, y)(torch.Generator().manual_seed(2))).backward()
+    expected = float(torch.cat([p.grad.flatten() for p in first.parameters()]).norm())
+    assert seen[0][2] == pytest.approx(expected, rel=1e-5) and expected > 1e-3
+
+
+def test_a_diverged_run_stops_and_records_inf_when_asked():
+    x, y = regression_data()
+    calls = []
+
+    def loss_that_explodes(model, batch):
+        calls.append(len(calls))
+        loss = mse(model, batch)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    model = linear_model()
+    losses = fit(model, random_rows(x, y), loss_that_explodes, 10, lr=0.01, stop_on_nonfinite=True)
+    assert len(losses) == 3 and losses[2] == math.inf and all(math.isfinite(v) for v in losses[:2])
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())  # the NaN was never back-propagated
+    assert not model.training
+    calls.clear()
+    assert math.isnan(fit(linear_model(), random_rows(x, y), loss_that_explodes, 4, lr=0.01)[2])
+
+
 def test_warmup_cosine_rises_linearly_then_decays_to_the_floor():
     warmup, total = 4, 20
     values = [warmup_cosine(step, warmup, total) for step in range(total + 1)]
@@ -181,9 +222,12 @@ def test_schedule_sets_the_learning_rate_of_each_step(monkeypatch):
     ({"optimizer": "adamw"}, ValueError, r"optimizer must be one of \('adam', 'sgd'\), got 'adamw'"),
     ({"betas": (0.9,)}, ValueError, "betas must be a pair of numbers in"),
     ({"betas": (0.9, 1.0)}, ValueError, "betas must be a pair of numbers in"),
+    ({"eps": 0.0}, ValueError, "eps must be a positive number"),
     ({"momentum": -0.1}, ValueError, "momentum must be a non-negative number"),
     ({"schedule": 0.5}, TypeError, "schedule must be None or a callable"),
     ({"clip_norm": 0}, ValueError, "clip_norm must be a positive number"),
+    ({"stop_on_nonfinite": "yes"}, TypeError, "stop_on_nonfinite must be a bool"),
+    ({"on_step": 1}, TypeError, "on_step must be None or a callable"),
 ])
 def test_bad_arguments_are_named(kwargs, error, message):
     x, y = regression_data()

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn

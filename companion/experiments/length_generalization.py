@@ -18,8 +18,8 @@ not change the examples of the others.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -67,14 +67,14 @@ def _check_vocab(model: Transformer, vocab_size: int) -> None:
         )
 
 
-def _check_length(model: Transformer, name: str, length: object) -> int:
-    check_positive_int(name, length)
+def _check_length(model: Transformer, name: str, value: object) -> int:
+    length = check_positive_int(name, value)
     if length + 1 > model.config.max_len:  # the source gets <eos>, the decoder input <bos>
         raise ValueError(
             f"{name} must be at most max_len - 1 = {model.config.max_len - 1} (one slot for <eos>/<bos>), "
             f"got {length}"
         )
-    return length  # type: ignore[return-value]
+    return length
 
 
 def _pairs(task: str, length: int, num_examples: int, vocab_size: int, seed: int) -> list[tuple[list[int], list[int]]]:

@@ -17,8 +17,9 @@ The module holds the pieces chapter 3 needs: a character tokenizer, the configur
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,7 @@ class CharTokenizer(Tokenizer):
         self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars, start=len(SPECIAL_TOKENS))}
 
     @classmethod
-    def build(cls, texts: Iterable[str]) -> "CharTokenizer":
+    def build(cls, texts: Iterable[str]) -> CharTokenizer:
         """The tokenizer whose alphabet is every character of ``texts``, in sorted order."""
         if isinstance(texts, str):
             raise TypeError("texts must be an iterable of strings, got a single string")
@@ -92,7 +93,7 @@ class CharTokenizer(Tokenizer):
         return {"type": "char", "characters": "".join(self.itos[len(SPECIAL_TOKENS):])}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "CharTokenizer":
+    def from_dict(cls, values: dict[str, Any]) -> CharTokenizer:
         """Inverse of :meth:`to_dict`."""
         if not isinstance(values, dict) or values.get("type") != "char":
             raise ValueError(f"values must be a dict from CharTokenizer.to_dict() with type 'char', got {values!r}")
@@ -174,7 +175,7 @@ class LanguageModelConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "LanguageModelConfig":
+    def from_dict(cls, values: dict[str, Any]) -> LanguageModelConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:

@@ -159,7 +159,7 @@ def make_lookup_model(kind: str, key_dim: int, hidden_dim: int | None = None) ->
     raise ValueError(f"kind must be one of {SCORER_KINDS}, got {kind!r}")
 
 
-def _lookup_loss(model: LookupModel, batch: LookupBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def _lookup_loss(model: nn.Module, batch: LookupBatch) -> tuple[torch.Tensor, torch.Tensor]:
     context, weights, _ = model(batch.query, batch.keys, batch.values)
     wanted = batch.values[torch.arange(len(batch.target)), batch.target]  # [batch, d_v]
     return F.mse_loss(context[:, 0], wanted), weights[:, 0]

@@ -18,8 +18,8 @@ Two tasks, each with the smallest model that can solve it:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 from torch import nn

@@ -15,7 +15,8 @@ wrappers around it). The full encoder-decoder of the later chapters trains with
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -76,10 +77,10 @@ def _check_betas(betas: object) -> tuple[float, float]:
     return float(betas[0]), float(betas[1])
 
 
-def _make_optimizer(model: nn.Module, name: str, lr: float, betas: tuple[float, float],
+def _make_optimizer(model: nn.Module, name: str, lr: float, betas: tuple[float, float], eps: float,
                     momentum: float) -> torch.optim.Optimizer:
     if name == "adam":
-        return torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
+        return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
 
 
@@ -116,9 +117,12 @@ def fit(
     seed_global_rng: bool = False,
     optimizer: str = "adam",
     betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
     momentum: float = 0.9,
     schedule: Callable[[int], float] | None = None,
     clip_norm: float | None = None,
+    stop_on_nonfinite: bool = False,
+    on_step: Callable[[int, float, float], None] | None = None,
 ) -> list[float]:
     """Train ``model`` for ``steps`` optimizer steps and return the training loss of every step.
 
@@ -142,15 +146,21 @@ def fit(
         optimizer: ``"adam"`` (:class:`torch.optim.Adam` with ``betas``) or ``"sgd"`` (:class:`torch.optim.SGD`
             with ``momentum``).
         betas: Adam's ``(beta1, beta2)``, each in ``[0, 1)``; ignored by SGD.
+        eps: Adam's ``eps`` (added to the denominator), a positive number; ignored by SGD.
         momentum: SGD's momentum, a number ``>= 0``; ignored by Adam.
         schedule: optional learning-rate multiplier ``schedule(completed_steps) -> float`` (applied with
             :class:`torch.optim.lr_scheduler.LambdaLR`, so step ``n`` (0-based) runs with ``lr * schedule(n)``),
             e.g. :func:`warmup_cosine_schedule`; ``None`` keeps ``lr`` constant.
         clip_norm: optional maximum gradient norm (a positive number), applied with
             :func:`torch.nn.utils.clip_grad_norm_` over all parameters; ``None`` does not clip.
+        stop_on_nonfinite: when a step's loss is NaN or infinite, record ``inf`` and stop before updating (a
+            diverged run); by default such a loss is back-propagated like any other.
+        on_step: optional ``on_step(step, loss, grad_norm)`` called after each update with the 0-based step, its
+            loss and the gradient norm before clipping (e.g. to record the gradient norms).
 
     Returns:
-        ``steps`` floats, the loss of each step's batch before that step's update.
+        one float per step taken, the loss of each step's batch before that step's update: ``steps`` floats,
+        fewer when ``stop_on_nonfinite`` stopped the run (its last entry is then ``inf``).
 
     Same model weights, arguments and (unless ``seed_global_rng``) global RNG state give the same losses (on one
     machine and thread count).
@@ -171,32 +181,43 @@ def fit(
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     betas = _check_betas(betas)
+    eps = _check_positive_number("eps", eps)
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or momentum < 0:
         raise ValueError(f"momentum must be a non-negative number, got {momentum!r}")
     if schedule is not None and not callable(schedule):
         raise TypeError(f"schedule must be None or a callable (completed_steps) -> multiplier, got {schedule!r}")
     if clip_norm is not None:
         clip_norm = _check_positive_number("clip_norm", clip_norm)
+    if not isinstance(stop_on_nonfinite, bool):
+        raise TypeError(f"stop_on_nonfinite must be a bool, got {type(stop_on_nonfinite).__name__}")
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be None or a callable (step, loss, grad_norm) -> None, got {on_step!r}")
 
     if seed_global_rng:
         torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
-    opt = _make_optimizer(model, optimizer, lr, betas, float(momentum))
+    opt = _make_optimizer(model, optimizer, lr, betas, eps, float(momentum))
     scheduler = None if schedule is None else torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     model.train()
-    losses = []
-    for _ in range(steps):
+    losses: list[float] = []
+    for step in range(steps):
         loss = loss_fn(model, next_batch(generator))
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
             shape = f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""
             raise TypeError(f"loss_fn must return a 0-d tensor, got {type(loss).__name__}{shape}")
+        if stop_on_nonfinite and not bool(torch.isfinite(loss)):
+            losses.append(math.inf)
+            break
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if clip_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        grad_norm = None
+        if clip_norm is not None or on_step is not None:  # a max_norm of inf measures the norm without clipping
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), math.inf if clip_norm is None else clip_norm)
         opt.step()
         if scheduler is not None:
             scheduler.step()
         losses.append(loss.item())
+        if on_step is not None and grad_norm is not None:
+            on_step(step, losses[-1], float(grad_norm))
     model.eval()
     return losses
