@@ -73,12 +73,14 @@ def test_help_documents_every_flag(command, capsys):
             assert flag in flags
 
 
+@pytest.mark.slow
 def test_console_entry_point_runs():
     result = subprocess.run([sys.executable, "-m", "companion", "--help"], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0 and "translate" in result.stdout
 
 
+@pytest.mark.slow
 def test_out_folder_with_a_run_is_refused_then_overwritten_or_resumed(tmp_path, capsys):
     out = tmp_path / "run"
     assert main([*COPY, "--max-steps", "3", "--save-every", "1", "--out", str(out)]) == 0
@@ -148,6 +150,7 @@ def test_translate_and_evaluate_refuse_bad_checkpoints(tmp_path, capsys):
 
 
 @pytest.mark.skipif(DATA is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it in ../shared/data")
+@pytest.mark.slow
 def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypatch):
     out = tmp_path / "de-en"
     code = main(["train", "--preset", "tiny", "--src", "de", "--tgt", "en", "--data-dir", str(DATA),
@@ -185,6 +188,7 @@ def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.skipif(DATA is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it in ../shared/data")
+@pytest.mark.slow
 def test_word_tokenizer_run_translates(tmp_path, capsys, monkeypatch):
     out = tmp_path / "en-de"
     assert main(["train", "--preset", "tiny", "--tokenizer", "word", "--data-dir", str(DATA), "--limit-train",

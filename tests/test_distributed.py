@@ -31,6 +31,7 @@ def _run(command: list[str], tmp_path) -> None:
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_reach_the_weights_of_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, "-m", "companion", *TRAIN_FLAGS, "--threads", "1", "--out", str(one)], tmp_path)

@@ -138,6 +138,7 @@ def test_overfits_one_batch_to_near_zero_loss():
     assert result["valid_nll"] < 0.005, result
 
 
+@pytest.mark.slow
 def test_copy_task_reaches_99_percent_exact_match_within_a_step_budget():
     # A step budget, not a wall-clock one, so that a loaded machine cannot fail the test. On this seed the model
     # passes 99% after 500 steps (~40 s on one idle CPU thread); 800 leaves room for platform differences.
