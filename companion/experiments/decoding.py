@@ -38,6 +38,7 @@ __all__ = [
     "sample_decode",
     "top_k_filter",
     "cache_nbytes",
+    "length_sorted_batches",
     "kv_cache_bytes",
 ]
 
@@ -198,7 +199,7 @@ def traced_beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4
     return traces
 
 
-def _length_sorted_batches(sources: Sequence[Sequence[int]], batch_size: int) -> Iterable[list[int]]:
+def length_sorted_batches(sources: Sequence[Sequence[int]], batch_size: int) -> Iterable[list[int]]:
     """Indices of ``sources`` in batches of ``batch_size``, longest first (as :func:`companion.translate_ids`)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     for start in range(0, len(order), batch_size):
@@ -215,7 +216,7 @@ def traced_beam_search_corpus(model: Transformer, sources: Sequence[Sequence[int
     check_positive_int("batch_size", batch_size)
     traces: list[BeamTrace | None] = [None] * len(sources)
     start = time.perf_counter()
-    for chunk in _length_sorted_batches(sources, batch_size):
+    for chunk in length_sorted_batches(sources, batch_size):
         src = pad_sequences([sources[i] for i in chunk], model.config.pad_id)
         for i, trace in zip(chunk, traced_beam_search(model, src, beam_size, max_extra_len=max_extra_len,
                                                       bos_id=bos_id, eos_id=eos_id)):
@@ -381,23 +382,27 @@ def sample_decode(model: Transformer, src: torch.Tensor, *, temperature: float =
         memory, src_mask = model.encode(src)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
         outputs: list[list[int]] = [[] for _ in range(src.shape[0])]
-        done = [False] * src.shape[0]
+        running = list(range(src.shape[0]))  # sentence of each row still decoding
         cache = model.new_cache()
-        last = src.new_full((src.shape[0], 1), bos_id)
-        while not all(done):
+        last = src.new_full((len(running), 1), bos_id)
+        while running:
             logits = model.decode(last, memory, src_mask, cache=cache)[:, -1].float()
             logits[:, model.config.pad_id] = float("-inf")
             logits[:, bos_id] = float("-inf")
             probs = torch.softmax(top_k_filter(logits / temperature, top_k), dim=-1)
-            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [batch]
-            for row, token in enumerate(tokens.tolist()):
-                if done[row]:
-                    continue
+            tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [rows]
+            keep = []
+            for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
                 if token == eos_id:
-                    done[row] = True
                     continue
-                outputs[row].append(token)
-                done[row] = len(outputs[row]) >= limits[row]
+                outputs[sentence].append(token)
+                if len(outputs[sentence]) < limits[sentence]:
+                    keep.append(row)
+            if len(keep) < len(running):  # finished rows leave the batch, as in greedy_decode
+                index = torch.tensor(keep, dtype=torch.long)
+                cache.reorder(index)
+                memory, src_mask, tokens = memory[index], src_mask[index], tokens[index]
+                running = [running[row] for row in keep]
             last = tokens[:, None]
     return outputs
 
@@ -413,7 +418,7 @@ def score_corpus(model: Transformer, sources: Sequence[Sequence[int]], hypothese
         raise ValueError(f"sources and hypotheses must be equally long, got {len(sources)} and {len(hypotheses)}")
     check_positive_int("batch_size", batch_size)
     scores: list[float] = [0.0] * len(sources)
-    for chunk in _length_sorted_batches(sources, batch_size):
+    for chunk in length_sorted_batches(sources, batch_size):
         src = pad_sequences([sources[i] for i in chunk], model.config.pad_id)
         for i, value in zip(chunk, score_hypotheses(model, src, [list(hypotheses[i]) for i in chunk], alpha=alpha)):
             scores[i] = value
