@@ -53,7 +53,9 @@ from .errors import (
     CheckpointError,
     CompanionError,
     DataUnavailableError,
+    ConfigError,
     DeviceUnavailableError,
+    PretrainedUnavailableError,
     RunError,
     TrainingDivergedError,
 )
@@ -70,6 +72,7 @@ from .model import (
     eval_mode,
 )
 from .positional import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
+from .pretrained import PretrainedModel, load_pretrained
 from .train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
 
 __all__ = [
@@ -87,13 +90,13 @@ __all__ = [
     "load_multi30k", "encode_pairs", "Batch", "make_batches", "synthetic_pairs",
     # training and checkpoints
     "noam_lr", "label_smoothed_loss", "TrainConfig", "Trainer",
-    "load_checkpoint", "model_from_checkpoint", "tokenizers_from_checkpoint",
+    "load_checkpoint", "model_from_checkpoint", "tokenizers_from_checkpoint", "load_pretrained", "PretrainedModel",
     # decoding and evaluation
     "greedy_decode", "beam_search", "translate", "translate_ids", "length_penalty", "score_hypotheses",
     "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
     # errors
     "CompanionError", "CheckpointError", "DataUnavailableError", "DeviceUnavailableError",
-    "TrainingDivergedError", "RunError",
+    "TrainingDivergedError", "RunError", "ConfigError", "PretrainedUnavailableError",
     "__version__",
 ]
 

@@ -16,6 +16,7 @@ __all__ = [
     "TrainingDivergedError",
     "RunError",
     "ConfigError",
+    "PretrainedUnavailableError",
 ]
 
 
@@ -45,3 +46,7 @@ class RunError(CompanionError):
 
 class ConfigError(CompanionError, ValueError):
     """An option of a run (a flag, or a field of :class:`companion.runs.RunConfig`) has a value it cannot take."""
+
+
+class PretrainedUnavailableError(CompanionError, RuntimeError):
+    """The book's pretrained model is not on this machine and could not be downloaded."""

@@ -1,0 +1,152 @@
+"""The book's own trained model, ready to translate without training first.
+
+The book ships one small model: German -> English on Multi30k (the ``small`` preset, 2.7M parameters, word
+vocabularies), made by ``tools/make_pretrained.py`` with the command recorded in its model card
+(``pretrained/de-en-small.json``). :func:`load_pretrained` finds the file
+
+1. at ``path`` when one is given;
+2. in the folder named by the environment variable ``COMPANION_PRETRAINED_DIR``;
+3. in the ``pretrained/`` folder of a repository checkout (an editable install, or the book's chapters);
+4. in the user cache (``~/.cache/companion``), where an earlier download left it;
+5. otherwise it downloads the file from the repository on GitHub into that cache (online only) and checks its
+   SHA-256 digest before use.
+
+Offline and without a copy, it stops at once with a :class:`~companion.errors.PretrainedUnavailableError` that
+says where to put the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from .data import Tokenizer
+from .decode import translate
+from .errors import PretrainedUnavailableError
+from .model import Transformer
+
+__all__ = ["PRETRAINED_MODELS", "PretrainedModel", "load_pretrained", "pretrained_path"]
+
+PRETRAINED_DIR_ENV = "COMPANION_PRETRAINED_DIR"
+_REPOSITORY_RAW = "https://github.com/attention-executed/attention-executed/raw/main/pretrained"
+
+# name -> file name and SHA-256 of the shipped file (checked after a download)
+PRETRAINED_MODELS: dict[str, dict[str, str]] = {
+    "multi30k-de-en-small": {
+        "file": "de-en-small.pt",
+        "sha256": "",  # filled in by tools/make_pretrained.py
+        "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
+    },
+}
+
+
+@dataclass
+class PretrainedModel:
+    """A trained :class:`~companion.Transformer` with its two tokenizers and its model card.
+
+    ``translate`` turns German sentences into English ones with the book's decoding settings (beam 4,
+    alpha 0.6; ``beam_size=1`` is greedy search).
+    """
+
+    model: Transformer
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    path: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6) -> list[str]:
+        """Translate plain-text ``sentences``; returns detokenized translations in the same order."""
+        return translate(self.model, list(sentences), self.src_tokenizer, self.tgt_tokenizer,
+                         beam_size=beam_size, alpha=alpha)
+
+
+def _candidates(file_name: str) -> list[Path]:
+    folders = []
+    if os.environ.get(PRETRAINED_DIR_ENV):
+        folders.append(Path(os.environ[PRETRAINED_DIR_ENV]))
+    folders.append(Path(__file__).resolve().parents[1] / "pretrained")  # a repository checkout
+    folders.append(_cache_dir())
+    return [folder / file_name for folder in folders]
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "companion"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(name: str, entry: dict[str, str]) -> Path:
+    target = _cache_dir() / entry["file"]
+    url = f"{_REPOSITORY_RAW}/{entry['file']}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".download-", suffix=".tmp")
+    os.close(handle)
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response, open(temporary, "wb") as out:  # noqa: S310
+            while block := response.read(1 << 20):
+                out.write(block)
+        if entry["sha256"] and _sha256(Path(temporary)) != entry["sha256"]:
+            raise PretrainedUnavailableError(f"the download of {url} does not match the expected SHA-256 digest")
+        os.replace(temporary, target)
+    except OSError as error:
+        raise PretrainedUnavailableError(
+            f"the pretrained model {name!r} is not on this machine and downloading it from {url} failed "
+            f"({type(error).__name__}: {error}). Put {entry['file']} (from the repository's pretrained/ folder) "
+            f"into a folder and set {PRETRAINED_DIR_ENV}=FOLDER, or pass path=...") from error
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return target
+
+
+def pretrained_path(name: str = "multi30k-de-en-small", *, download: bool = True) -> Path:
+    """Where the pretrained model ``name`` is on this machine (downloading it first if allowed and needed)."""
+    if name not in PRETRAINED_MODELS:
+        raise ValueError(f"name must be one of {sorted(PRETRAINED_MODELS)}, got {name!r}")
+    entry = PRETRAINED_MODELS[name]
+    for candidate in _candidates(entry["file"]):
+        if candidate.is_file():
+            return candidate
+    if not download:
+        raise PretrainedUnavailableError(
+            f"the pretrained model {name!r} ({entry['file']}) is not on this machine; looked in "
+            f"{', '.join(str(c.parent) for c in _candidates(entry['file']))}")
+    return _download(name, entry)
+
+
+def load_pretrained(name: str = "multi30k-de-en-small", *, path: str | os.PathLike | None = None,
+                    device: str | torch.device = "cpu", download: bool = True) -> PretrainedModel:
+    """Load the book's trained model (see the module docstring for where it is looked for).
+
+    Args:
+        name: which shipped model (:data:`PRETRAINED_MODELS`).
+        path: a checkpoint file to load instead of searching.
+        device: where the model goes (eval mode).
+        download: allow fetching the file from the repository when no local copy exists.
+
+    Returns:
+        a :class:`PretrainedModel` (model, tokenizers, file path and model card), e.g.
+        ``load_pretrained().translate(["Ein Hund rennt."])``.
+    """
+    file = Path(path) if path is not None else pretrained_path(name, download=download)
+    checkpoint = load_checkpoint(file)
+    model = model_from_checkpoint(checkpoint, device=device)
+    assert isinstance(model, Transformer)
+    src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)
+    info = dict(checkpoint.get("run_info") or {})
+    info.update(step=checkpoint.get("step"), averaged_from=checkpoint.get("averaged_from"))
+    return PretrainedModel(model, src_tokenizer, tgt_tokenizer, file, info)
