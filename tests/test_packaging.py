@@ -37,7 +37,7 @@ def dist(tmp_path_factory) -> pathlib.Path:
 def test_distribution_name_is_ours_and_the_import_name_is_companion():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["name"] == DISTRIBUTION
-    assert project["scripts"]["companion"] == "companion.__main__:main"
+    assert project["scripts"]["companion"] == "companion.cli:main"
     assert {"Homepage", "Source", "Documentation"} <= set(project["urls"])
 
 
