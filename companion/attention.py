@@ -31,6 +31,7 @@ __all__ = [
     "fast_attention",
     "causal_mask",
     "padding_mask",
+    "masked_softmax",
     "AttentionCache",
     "MultiHeadAttention",
 ]
@@ -51,6 +52,20 @@ def padding_mask(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     if tokens.dtype.is_floating_point:
         raise TypeError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
     return (tokens != pad_id)[:, None, None, :]
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax of ``scores [..., m, n]`` over the keys (the last dimension), keys where ``mask`` is False left out.
+
+    ``mask`` is an optional boolean mask broadcastable to ``scores`` (True = may attend). A row whose keys are all
+    masked would be ``softmax(-inf, ..., -inf) = NaN``; it gets all-zero weights instead. Shared by
+    :func:`scaled_dot_product_attention` and the pre-Transformer scores of ``companion.experiments.scoring``.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    check_bool_mask("mask", mask, tuple(scores.shape))
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -121,13 +136,7 @@ def scaled_dot_product_attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [..., m, n]
-    if mask is not None:
-        check_bool_mask("mask", mask, _scores_shape(q, k))
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        # A row with every key masked is softmax(-inf, ..., -inf) = NaN: define it as all zeros instead.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
     return dropped @ v, weights
 

@@ -23,7 +23,8 @@ import math
 import torch
 from torch import nn
 
-from .._validation import check_bool_mask, check_last_dim, check_positive_int, check_tensor
+from .._validation import check_last_dim, check_positive_int, check_tensor
+from ..attention import masked_softmax
 
 __all__ = ["AdditiveScore", "GeneralScore", "DotScore", "attend"]
 
@@ -167,10 +168,5 @@ def attend(
         )
     if mask is not None:
         check_tensor("mask", mask, dims=(2, 3))
-        check_bool_mask("mask", mask, tuple(scores.shape))
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
-        # softmax(-inf, ..., -inf) is NaN; a query that may attend to nothing gets zero weights instead.
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    weights = masked_softmax(scores, mask)  # the softmax step of every attention in the package
     return weights @ values, weights
