@@ -1,4 +1,4 @@
-"""Runs: train a model into a folder, translate with it, score it. Used by the CLI, ``bench/`` and chapter 6.
+"""Runs: train a model into a folder, translate with it, score it. Used by the CLI, ``bench/`` and the training chapter.
 
 A training run is described by one typed :class:`RunConfig`. Each of its fields declares, once, everything
 about a training option: its type and default (the dataclass field), and in ``metadata`` its help text, its
@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, TextIO
 from ._validation import check_bool, check_choice, check_integer, check_number
 from .errors import ConfigError, RunError
 from .model import MODEL_PRESETS, TransformerConfig
-from .train import TrainConfig
+from .train import OPTION_LIMITS, TrainConfig
 
 __all__ = [
     "TRAINING_PRESETS",
@@ -78,6 +78,10 @@ _PRESET_MODEL_FIELDS = {"d_model": "d_model", "num_heads": "num_heads", "layers"
                         "d_ff": "d_ff", "dropout": "dropout", "norm_first": "norm_first"}
 # What a run writes into its folder (all that --overwrite deletes).
 RUN_ARTIFACTS = ("run.json", "metrics.jsonl", "checkpoints", "averaged.pt")
+
+# The largest length-penalty alpha accepted: the paper tuned alpha in [0.6, 1.0]; far above that the penalty
+# ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis.
+MAX_ALPHA = 10.0
 
 _LIMITS_GROUP = "limits (training stops at the first one reached; set at least one)"
 
@@ -178,11 +182,13 @@ def _positive(config: Any, *names: str, allow_none: bool = False) -> None:
 
 
 def _positive_number(config: Any, *names: str, allow_none: bool = False) -> None:
+    """Finite, positive and at most :data:`companion.train.OPTION_LIMITS` (where a limit is set)."""
     for name in names:
         value = getattr(config, name)
         if value is None and allow_none:
             continue
-        setattr(config, name, check_number(flag_of(type(config), name), value, low=0, low_inclusive=False))
+        setattr(config, name, check_number(flag_of(type(config), name), value, low=0, low_inclusive=False,
+                                           high=OPTION_LIMITS.get(name)))
 
 
 def _fraction(config: Any, name: str) -> None:
@@ -690,7 +696,7 @@ class _InferenceOptions:
         if not isinstance(self.checkpoint, (str, os.PathLike)):
             raise ConfigError(f"--checkpoint must be a path, got {self.checkpoint!r}")
         _positive(self, "beam_size", "batch_size")
-        self.alpha = check_number("--alpha", self.alpha, low=0)
+        self.alpha = check_number("--alpha", self.alpha, low=0, high=MAX_ALPHA)
         if not isinstance(self.device, str):
             raise ConfigError(f"--device must be a string, got {self.device!r}")
 
