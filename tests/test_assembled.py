@@ -43,8 +43,10 @@ def test_record_shapes_sees_every_sublayer_with_its_shape(norm_first):
     encoder = [r for r in records if r.side == "encoder"]
     decoder = [r for r in records if r.side == "decoder"]
     final_norms = 1 if norm_first else 0
-    assert len(encoder) == 1 + 4 * 2 + final_norms
-    assert len(decoder) == 1 + 6 * 3 + final_norms + 2
+    assert len(encoder) == 2 + 4 * 2 + final_norms
+    assert len(decoder) == 2 + 6 * 3 + final_norms + 2
+    assert [r.label for r in encoder[:2]] == [r.label for r in decoder[:2]] == [
+        "embedding", "x sqrt(d) + positional encoding"]
     assert all(r.shape == (3, 7, 16) for r in encoder)
     assert [r.shape for r in decoder[-2:]] == [(3, 5, 11), (3, 5, 11)]
     assert [r.order for r in records] == list(range(len(records)))
@@ -54,6 +56,14 @@ def test_record_shapes_sees_every_sublayer_with_its_shape(norm_first):
     first_layer = [r.module.rsplit(".", 1)[-1] for r in encoder if r.layer == 0]
     expected = ["norm1", "out_proj", "norm2", "ffn"] if norm_first else ["out_proj", "norm1", "ffn", "norm2"]
     assert first_layer == expected
+
+
+def test_record_shapes_with_shared_embeddings_labels_both_sides():
+    config = small_config(src_vocab_size=13, tgt_vocab_size=13, share_embeddings=True, tie_output=True)
+    records = exp.record_shapes(companion.Transformer(config).eval(), torch.randint(4, 13, (2, 6)),
+                                torch.randint(4, 13, (2, 4)))
+    embeddings = [r for r in records if r.label == "embedding"]
+    assert [(r.side, r.shape) for r in embeddings] == [("encoder", (2, 6, 16)), ("decoder", (2, 4, 16))]
 
 
 def test_record_shapes_removes_its_hooks_and_rejects_other_models():

@@ -114,7 +114,7 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
         src: source ids ``[batch, n]``; tgt: decoder input ids ``[batch, t]``.
 
     Returns:
-        Records for: the two embeddings (scaled by sqrt(d_model)) + positional encodings, every attention,
+        Records for: the two embeddings, their scaling by sqrt(d_model) plus positional encoding, every attention,
         feed-forward and LayerNorm module of every layer (attention output taken at its output projection
         W^O), the final LayerNorms of a pre-LN model, and the output projection (logits
         ``[batch, t, tgt_vocab]``). A last record ``"softmax"`` has the logits' shape: the model returns
@@ -135,11 +135,22 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
             records.append(ShapeRecord(len(records), label, module, side, layer, tuple(out.shape), extra))
         return hook
 
+    encoder_done = [False]  # the target embedding runs after the encoder (this matters when it is shared)
+
+    def embed_hook(name: str):
+        def hook(_module, _args, output):
+            side = "decoder" if encoder_done[0] else "encoder"
+            records.append(ShapeRecord(len(records), "embedding", name, side, None, tuple(output.shape)))
+        return hook
+
     def pos_hook(side: str, name: str):
         def hook(_module, _args, output):
-            records.append(ShapeRecord(len(records), "embedding x sqrt(d) + positions", name, side, None,
+            records.append(ShapeRecord(len(records), "x sqrt(d) + positional encoding", name, side, None,
                                        tuple(output.shape)))
         return hook
+
+    def mark_encoder_done(_module, _args, _output):
+        encoder_done[0] = True
 
     def memory_hook(layer: int):
         def hook(_module, args):
@@ -147,8 +158,14 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
         return hook
 
     try:
-        handles.append(model.src_pos.register_forward_hook(pos_hook("encoder", "src_embed, src_pos")))
-        handles.append(model.tgt_pos.register_forward_hook(pos_hook("decoder", "tgt_embed, tgt_pos")))
+        shared = model.tgt_embed is model.src_embed
+        handles.append(model.src_embed.register_forward_hook(embed_hook("src_embed (shared)" if shared
+                                                                        else "src_embed")))
+        if not shared:
+            handles.append(model.tgt_embed.register_forward_hook(embed_hook("tgt_embed")))
+        handles.append(model.encoder.register_forward_hook(mark_encoder_done))
+        handles.append(model.src_pos.register_forward_hook(pos_hook("encoder", "src_pos")))
+        handles.append(model.tgt_pos.register_forward_hook(pos_hook("decoder", "tgt_pos")))
         for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
             for i, layer in enumerate(stack.layers):
                 if side == "decoder":
@@ -186,7 +203,7 @@ def _shape_text(shape: tuple[int, ...], symbols: dict[int, str]) -> str:
     return text
 
 
-_BOX_COLOURS = {"attention": "#f9d7a6", "feed-forward": "#bfe3f2", "norm": "#f4f1a3", "embedding": "#f6c6c6",
+_BOX_COLOURS = {"positional": "#f6dede", "attention": "#f9d7a6", "feed-forward": "#bfe3f2", "norm": "#f4f1a3", "embedding": "#f6c6c6",
                 "linear": "#d6c9ef", "softmax": "#c9efc9"}
 
 
@@ -202,8 +219,9 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
     """Draw the encoder-decoder as boxes, one per record of :func:`record_shapes`, labelled with its shape.
 
     The encoder's records go up the left column and the decoder's up the right one, in the order the hooks saw
-    them; each layer gets a frame; arrows join consecutive boxes, and an arrow from the encoder's last box
-    feeds every cross-attention box (its keys and values). Returns the matplotlib figure.
+    them; each layer gets a frame; arrows join consecutive boxes, grey arcs are the residual connections (into
+    every box whose label says "add"), and an arrow from the encoder's last box feeds every cross-attention box
+    (its keys and values). Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
@@ -237,11 +255,17 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
             if row:
                 ax.add_patch(FancyArrowPatch((x, y - step + height / 2), (x, y - height / 2),
                                              arrowstyle="-|>", mutation_scale=8, color="black", zorder=1))
+            if "add" in record.label and row >= 2:  # residual: the input of the sub-layer joins its output
+                outer = x - width / 2 if side == "encoder" else x + width / 2
+                ax.add_patch(FancyArrowPatch((outer, y - 2 * step + 0.1), (outer, y),
+                                             connectionstyle=f"arc3,rad={-0.6 if side == 'encoder' else 0.6}",
+                                             arrowstyle="-|>", mutation_scale=7, color="grey", linewidth=0.8,
+                                             zorder=1))
         for layer, ys in frames.items():
             ax.add_patch(FancyBboxPatch((x - width / 2 - 0.25, min(ys) - height / 2 - 0.08), width + 0.5,
                                         max(ys) - min(ys) + height + 0.16, boxstyle="round,pad=0.02",
                                         facecolor="none", edgecolor="grey", linestyle="--", zorder=1))
-            side_x = x - width / 2 - 0.35 if side == "encoder" else x + width / 2 + 0.35
+            side_x = x - width / 2 - 0.75 if side == "encoder" else x + width / 2 + 0.75
             ax.text(side_x, (min(ys) + max(ys)) / 2, f"{side} layer {layer + 1}", rotation=90, ha="center",
                     va="center", fontsize=8, color="dimgrey")
     if columns["encoder"]:
@@ -257,7 +281,7 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
     ax.text(x_of["encoder"], -step * 0.9, "source ids [B, n]", ha="center", fontsize=8)
     ax.text(x_of["decoder"], -step * 0.9, "decoder input ids [B, t] (target shifted right)", ha="center",
             fontsize=8)
-    ax.set_xlim(-2.6, 7.8)
+    ax.set_xlim(-2.9, 8.1)
     ax.set_ylim(-step * 1.3, rows * step)
     ax.axis("off")
     legend = "  ".join(f"{name} = {value}" for value, name in sorted(symbols.items(), key=lambda kv: kv[1]))
