@@ -51,6 +51,8 @@ __all__ = [
     "checkpoint_path",
     "list_checkpoints",
     "latest_checkpoint",
+    "latest_valid_checkpoint",
+    "nonfinite_tensors",
     "prune_checkpoints",
     "average_checkpoints",
 ]
@@ -198,11 +200,44 @@ def _new_checkpoint(**fields: Any) -> dict[str, Any]:
     }
 
 
+def nonfinite_tensors(checkpoint: Mapping[str, Any]) -> list[str]:
+    """Where a checkpoint holds inf or nan: the names of the floating-point tensors of its weights
+    (``model_state``) and of its trainer state (optimizer moments, ...) that are not all finite."""
+    found: list[str] = []
+
+    def visit(value: Any, where: str) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()):
+                found.append(where)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                visit(item, f"{where}/{key}")
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit(item, f"{where}/{i}")
+
+    for key in ("model_state", "trainer_state"):
+        visit(checkpoint.get(key), key)
+    return found
+
+
+def _describe_nonfinite(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"{len(names)} tensor(s) hold inf or nan ({shown})"
+
+
 def write_checkpoint(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> Path:
     """Seal ``checkpoint`` (a dict as built by :func:`save_checkpoint` or :func:`average_checkpoints`) with its
-    digest and write it atomically."""
+    digest and write it atomically.
+
+    A checkpoint whose weights or trainer state hold inf or nan is never written (:class:`CheckpointError`):
+    every checkpoint on disk is one that training can continue from and decoding can use.
+    """
     checkpoint = dict(checkpoint)
     _check_plain(checkpoint, "checkpoint")
+    bad = nonfinite_tensors(checkpoint)
+    if bad:
+        raise CheckpointError(f"refusing to write {path}: {_describe_nonfinite(bad)}; the run diverged")
     checkpoint["content_sha256"] = _digest(checkpoint)
     return atomic_save(checkpoint, path)
 
@@ -253,6 +288,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     if verify and checkpoint.get("content_sha256") != _digest(checkpoint):
         raise CheckpointError(f"{path} is corrupt: its contents do not match the digest recorded when it was "
                               "written (bytes changed on disk). Use an earlier checkpoint.")
+    bad = nonfinite_tensors(checkpoint)
+    if bad:
+        raise CheckpointError(f"{path} is unusable: {_describe_nonfinite(bad)}. It was written by a run that "
+                              "diverged; use an earlier checkpoint.")
     return checkpoint
 
 
@@ -352,6 +391,22 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     """The newest step checkpoint in ``folder`` (None if there is none)."""
     found = list_checkpoints(folder)
     return found[-1] if found else None
+
+
+def latest_valid_checkpoint(folder: str | os.PathLike) -> tuple[Path | None, list[str]]:
+    """The newest step checkpoint in ``folder`` that loads: whole, digest intact, every tensor finite.
+
+    Returns ``(path or None, reasons)``, where ``reasons`` says why each newer file was passed over.
+    """
+    reasons = []
+    for path in reversed(list_checkpoints(folder)):
+        try:
+            load_checkpoint(path)
+        except CheckpointError as error:
+            reasons.append(str(error))
+            continue
+        return path, reasons
+    return None, reasons
 
 
 def prune_checkpoints(folder: str | os.PathLike, keep_last: int) -> list[Path]:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ._validation import check_positive_int, check_token_ids
 from .data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
+from .errors import NonFiniteOutputError
 from .model import Transformer, eval_mode
 
 __all__ = ["length_penalty", "max_output_lengths", "record_greedy_step", "greedy_decode", "beam_search", "score_hypotheses", "translate",
@@ -63,6 +64,10 @@ def _next_logits(model: Transformer, last: torch.Tensor, memory: torch.Tensor, s
     ``<pad>`` and ``<bos>`` are never generated: their logits are set to -inf.
     """
     logits = model.decode(last, memory, src_mask, cache=cache)[:, -1].float()
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteOutputError(
+            "the model's next-token scores hold inf or nan, so no token can be chosen: its weights are broken "
+            "(a diverged run?). Decode with a checkpoint whose weights are finite.")
     logits[:, model.config.pad_id] = float("-inf")
     logits[:, bos_id] = float("-inf")
     return logits
@@ -172,8 +177,8 @@ def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, al
     """
     src = _check_inputs(model, src, max_extra_len, bos_id, eos_id)
     check_positive_int("beam_size", beam_size)
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or alpha < 0:
-        raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha < float("inf"):
+        raise ValueError(f"alpha must be a finite non-negative number, got {alpha!r}")
     with eval_mode(model):
         finished = _beam_search(model, src, beam_size, float(alpha), max_extra_len, bos_id, eos_id)
     best = [hypotheses.best() for hypotheses in finished]

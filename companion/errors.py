@@ -17,6 +17,8 @@ __all__ = [
     "RunError",
     "ConfigError",
     "PretrainedUnavailableError",
+    "NonFiniteOutputError",
+    "RunLockedError",
 ]
 
 
@@ -37,7 +39,11 @@ class DeviceUnavailableError(CompanionError, RuntimeError):
 
 
 class TrainingDivergedError(CompanionError, FloatingPointError):
-    """Training produced a non-finite loss, gradient or parameter; the weights are left as before that step."""
+    """Training produced a non-finite loss, gradient or parameter.
+
+    A non-finite loss or gradient is caught before the update (the weights are left as before that step); an
+    update that made the weights non-finite marks the Trainer ``diverged`` and nothing is saved from them.
+    """
 
 
 class RunError(CompanionError):
@@ -50,3 +56,11 @@ class ConfigError(CompanionError, ValueError):
 
 class PretrainedUnavailableError(CompanionError, RuntimeError):
     """The book's pretrained model is not on this machine and could not be downloaded."""
+
+
+class NonFiniteOutputError(CompanionError, FloatingPointError):
+    """A model produced inf or nan scores (its weights are broken), so decoding cannot choose a token."""
+
+
+class RunLockedError(RunError):
+    """Another live process holds the lock of the run folder (``DIR/.lock``)."""

@@ -151,6 +151,12 @@ def label_smoothed_loss(
 # --------------------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------------------
+# The largest value each float option may take: beyond these a value is a typo, not a setting. lr_factor
+# 100 already gives the small preset a peak learning rate of 0.3 (the paper's is 7e-4 at factor 1), 1e6
+# minutes are almost two years, and a clipping threshold of 1e6 no longer clips anything.
+OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6,
+                                   "clip_grad": 1e6}
+
 
 @dataclass
 class TrainConfig:
@@ -210,10 +216,10 @@ class TrainConfig:
             check_integer(name, getattr(self, name), minimum=1)
         for name in ("max_minutes", "save_every_minutes", "clip_grad"):
             if getattr(self, name) is not None:
-                check_number(name, getattr(self, name), low=0, low_inclusive=False)
+                check_number(name, getattr(self, name), low=0, low_inclusive=False, high=OPTION_LIMITS[name])
         if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
             raise ConfigError("set at least one of max_steps, max_minutes or max_epochs, or training never stops")
-        check_number("lr_factor", self.lr_factor, low=0, low_inclusive=False)
+        check_number("lr_factor", self.lr_factor, low=0, low_inclusive=False, high=OPTION_LIMITS["lr_factor"])
         if len(self.betas) != 2:
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         for beta in self.betas:
@@ -236,6 +242,10 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown TrainConfig fields: {unknown}")
         return cls(**dict(values))
+
+
+_DIVERGED_ADVICE = ("Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip gradients "
+                    "(--clip-grad).")
 
 
 @dataclass
@@ -308,6 +318,7 @@ class Trainer:
             self.optimizer, NoamSchedule(model.config.d_model, config.warmup, config.lr_factor)
         )
         self.train_model: nn.Module = model
+        self.diverged = False  # set when an update made the weights non-finite: they are never saved
         if self.world_size > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.train_model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
@@ -333,8 +344,10 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until a limit of the config is reached; returns a summary dict.
 
-        Raises :class:`TrainingDivergedError` (naming the step) if the loss becomes NaN or infinite; the
-        failing update is not applied.
+        Raises :class:`TrainingDivergedError` (naming the step and the latest checkpoint that loads and is
+        finite) if the loss or the gradient norm becomes NaN or infinite (the failing update is not applied),
+        if an update makes a parameter non-finite, or if the final validation loss is not finite. A checkpoint
+        is never written from non-finite weights.
         """
         cfg = self.config
         from tqdm.auto import tqdm
@@ -379,6 +392,11 @@ class Trainer:
             self._log_train(window, None)
         if self.valid_batches and not (cfg.eval_every and self.state.step % cfg.eval_every == 0):
             self.evaluate(log=True)
+        valid_nll = (self.state.last_valid or {}).get("valid_nll", 0.0)
+        if not math.isfinite(valid_nll):
+            raise TrainingDivergedError(
+                f"the validation loss is {valid_nll} at step {self.state.step}: the model's outputs overflow, so no "
+                f"checkpoint was written from it. {_DIVERGED_ADVICE}{self._latest_checkpoint_note()}")
         last_path = self.save_checkpoint() if self.out_dir is not None else None
         return {
             "stop_reason": stop_reason,
@@ -487,15 +505,27 @@ class Trainer:
             latest = self._latest_checkpoint_note()
             raise TrainingDivergedError(
                 f"the training loss became {loss_value} at step {next_step} (epoch {self.state.epoch}); the update "
-                f"was not applied. Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip "
-                f"gradients (--clip-grad).{latest}"
+                f"was not applied. {_DIVERGED_ADVICE}{latest}"
             )
-        if self.config.clip_grad is not None:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        grad_norm = self._gradient_norm()
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDivergedError(
+                f"the gradient norm became {grad_norm} at step {next_step} (epoch {self.state.epoch}, loss "
+                f"{loss_value / max(total_tgt, 1):.4g}); the update was not applied. {_DIVERGED_ADVICE}"
+                f"{self._latest_checkpoint_note()}"
+            )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step = next_step
+        if not self._parameters_finite():
+            self.diverged = True
+            raise TrainingDivergedError(
+                f"the update of step {next_step} made parameters inf or nan (the learning rate was "
+                f"{self.scheduler.get_last_lr()[0]:.3g}); the weights in memory are unusable and no checkpoint "
+                f"was written from them. {_DIVERGED_ADVICE}{self._latest_checkpoint_note()}"
+            )
         return loss_value, nll_value, total_tgt, all_tokens, (time_flag > 0, save_flag > 0)
 
     def _ddp_module(self) -> Any:
@@ -503,13 +533,31 @@ class Trainer:
         module = getattr(module, "_orig_mod", module)  # torch.compile wrapper
         return module
 
-    def _latest_checkpoint_note(self) -> str:
-        if self.out_dir is None:
-            return ""
-        from .checkpoint import latest_checkpoint
+    def _gradient_norm(self) -> float:
+        """The global gradient norm (clipping the gradients to ``clip_grad`` first when it is set)."""
+        if self.config.clip_grad is not None:
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad)
+        else:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            norm = nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+        return float(norm)
 
-        latest = latest_checkpoint(self.out_dir / "checkpoints")
-        return f" The latest good checkpoint is {latest}." if latest else ""
+    def _parameters_finite(self) -> bool:
+        """Whether every parameter holds finite values only (one host sync)."""
+        checks = [torch.isfinite(p.detach()).all() for p in self.model.parameters()]
+        return bool(torch.stack(checks).all()) if checks else True
+
+    def _latest_checkpoint_note(self) -> str:
+        """Names the newest checkpoint that loads and is finite (verified, not just the newest file)."""
+        if self.out_dir is None or self.rank != 0:
+            return ""
+        from .checkpoint import latest_valid_checkpoint
+
+        latest, passed_over = latest_valid_checkpoint(self.out_dir / "checkpoints")
+        skipped = f" ({len(passed_over)} newer file(s) do not load and were passed over)" if passed_over else ""
+        if latest is None:
+            return " No usable checkpoint was written" + (skipped or "") + "."
+        return f" The latest good checkpoint (verified: it loads and every tensor is finite) is {latest}{skipped}."
 
     # -- evaluation --------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -628,6 +676,10 @@ class Trainer:
             if self.out_dir is None:
                 raise ValueError("save_checkpoint needs a path when the Trainer has no out_dir")
             path = checkpoint_path(self.out_dir / "checkpoints", self.state.step)
+        if self.diverged or not self._parameters_finite():
+            raise TrainingDivergedError(
+                f"refusing to write {path}: the model's weights hold inf or nan (the run diverged)."
+                f"{self._latest_checkpoint_note()}")
         path = Path(path)
         rng_states = self._all_rng_states()
         if self.rank == 0:
