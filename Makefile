@@ -46,7 +46,7 @@ execute: install
 
 ## make test: every test. Chapters are executed once, by nbval; the website then shows those verified outputs,
 ## and a headless browser opens every page of it.
-test: install unit-and-notebooks site website-tests
+test: install unit-and-notebooks site website-tests colab-check
 
 unit-and-notebooks: install
 	$(BIN)/python -m pytest tests book/[0-9][0-9]_*.ipynb --ignore=tests/website --nbval --nbval-current-env \

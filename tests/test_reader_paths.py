@@ -31,8 +31,13 @@ LAB_SETTINGS = ROOT / "binder" / "jupyterlab"  # what `make lab` passes as --Lab
 SERVER_START_TIMEOUT_S = 120
 CELL_TIMEOUT_S = 120
 
-pytestmark = pytest.mark.skipif(shutil.which("jupyter-lab", path=str(pathlib.Path(sys.executable).parent)) is None,
-                                reason="JupyterLab is not installed in this environment (make install installs it)")
+pytestmark = [
+    pytest.mark.slow,  # a JupyterLab server and a kernel: about 20 s
+    pytest.mark.skipif(
+        shutil.which("jupyter-lab", path=str(pathlib.Path(sys.executable).parent)) is None,
+        reason="JupyterLab is not installed in this environment (make install installs it)",
+    ),
+]
 
 
 def _free_port() -> int:
@@ -49,20 +54,32 @@ class LabServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = log.open("w")
         command = [
-            str(pathlib.Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--ip=127.0.0.1",
-            f"--port={self.port}", "--port-retries=0", f"--IdentityProvider.token={self.token}",
-            f"--ServerApp.root_dir={root}", f"--LabApp.app_settings_dir={LAB_SETTINGS}",
+            str(pathlib.Path(sys.executable).parent / "jupyter-lab"),
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--port-retries=0",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={root}",
+            f"--LabApp.app_settings_dir={LAB_SETTINGS}",
         ] + (["--allow-root"] if os.geteuid() == 0 else [])  # as `make lab` does (containers often run as root)
-        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(log.parent / "config"), "TQDM_DISABLE": "1",
-               "JUPYTER_RUNTIME_DIR": str(log.parent / "runtime")}
+        env = {
+            **os.environ,
+            "JUPYTER_CONFIG_DIR": str(log.parent / "config"),
+            "TQDM_DISABLE": "1",
+            "JUPYTER_RUNTIME_DIR": str(log.parent / "runtime"),
+        }
         env.pop("MPLBACKEND", None)
         self.process = subprocess.Popen(command, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as response:
             text = response.read().decode()
         return json.loads(text) if text else {}
@@ -153,13 +170,32 @@ def test_saving_the_notebook_writes_both_md_and_ipynb(lab):
 def _execute(channel, code: str) -> list[dict]:
     """Send one execute_request over the kernel's websocket; returns its iopub outputs; raises on an error."""
     msg_id = uuid.uuid4().hex
-    channel.send(json.dumps({
-        "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test", "session": "test",
-                   "version": "5.3", "date": ""},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }))
+    channel.send(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "username": "test",
+                    "session": "test",
+                    "version": "5.3",
+                    "date": "",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "buffers": [],
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": True,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                    "stop_on_error": True,
+                },
+            }
+        )
+    )
     outputs, reply, idle = [], None, False
     deadline = time.monotonic() + CELL_TIMEOUT_S
     while reply is None or not idle:
@@ -182,12 +218,17 @@ def _execute(channel, code: str) -> list[dict]:
 def test_a_chapter_runs_through_a_kernel_of_the_server(lab):
     import websocket  # websocket-client, installed with jupyter_server
 
-    session = lab.request("POST", "/api/sessions", {"path": f"{CHAPTER}.md", "type": "notebook", "name": "",
-                                                   "kernel": {"name": "python3"}})
+    session = lab.request(
+        "POST",
+        "/api/sessions",
+        {"path": f"{CHAPTER}.md", "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+    )
     kernel_id = session["kernel"]["id"]
     channel = websocket.create_connection(
         f"ws://127.0.0.1:{lab.port}/api/kernels/{kernel_id}/channels?session_id={uuid.uuid4().hex}",
-        header=[f"Authorization: token {lab.token}"], timeout=CELL_TIMEOUT_S)
+        header=[f"Authorization: token {lab.token}"],
+        timeout=CELL_TIMEOUT_S,
+    )
     try:
         model = lab.request("GET", f"/api/contents/{CHAPTER}.md?type=notebook&content=1")
         outputs = [_execute(channel, source) for source in _code_sources(model["content"])]
