@@ -219,7 +219,7 @@ def test_max_path_length_matches_table_1(kind, expected):
 
 
 def test_boolean_composition_equals_the_stack_jacobian():
-    layers = [exp.make_table1_layer("dilated convolution", 3, k=2, layer=l) for l in range(3)]
+    layers = [exp.make_table1_layer("dilated convolution", 3, k=2, layer=i) for i in range(3)]
     composed = exp.dependency_matrix(lambda z: layers[2](layers[1](layers[0](z))), 9, 3)
     single = [exp.dependency_matrix(layer, 9, 3).double() for layer in layers]
     assert torch.equal(composed, (single[2] @ single[1] @ single[0]) > 0)

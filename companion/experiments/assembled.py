@@ -21,8 +21,8 @@ Shapes follow the book's conventions: ``[batch, seq, d_model]`` batch-first.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -203,8 +203,8 @@ def _shape_text(shape: tuple[int, ...], symbols: dict[int, str]) -> str:
     return text
 
 
-_BOX_COLOURS = {"positional": "#f6dede", "attention": "#f9d7a6", "feed-forward": "#bfe3f2", "norm": "#f4f1a3", "embedding": "#f6c6c6",
-                "linear": "#d6c9ef", "softmax": "#c9efc9"}
+_BOX_COLOURS = {"positional": "#f6dede", "attention": "#f9d7a6", "feed-forward": "#bfe3f2", "norm": "#f4f1a3",
+                "embedding": "#f6c6c6", "linear": "#d6c9ef", "softmax": "#c9efc9"}
 
 
 def _box_colour(label: str) -> str:
@@ -355,14 +355,15 @@ def ffn_as_conv1d(ffn: FeedForward) -> nn.Sequential:
     if not isinstance(ffn, FeedForward):
         raise TypeError(f"ffn must be a companion.FeedForward, got {type(ffn).__name__}")
     first, second = ffn.linear1, ffn.linear2
-    conv1 = nn.Conv1d(first.in_features, first.out_features, kernel_size=1)
-    conv2 = nn.Conv1d(second.in_features, second.out_features, kernel_size=1)
-    with torch.no_grad():
-        conv1.weight.copy_(first.weight.unsqueeze(-1))  # [d_ff, d_model] -> [d_ff, d_model, 1]
-        conv1.bias.copy_(first.bias)
-        conv2.weight.copy_(second.weight.unsqueeze(-1))
-        conv2.bias.copy_(second.bias)
-    return nn.Sequential(conv1, nn.ReLU(), conv2)
+    convs = []
+    for linear in (first, second):
+        conv = nn.Conv1d(linear.in_features, linear.out_features, kernel_size=1, bias=linear.bias is not None)
+        with torch.no_grad():
+            conv.weight.copy_(linear.weight.unsqueeze(-1))  # [out, in] -> [out, in, 1]
+            if linear.bias is not None and conv.bias is not None:
+                conv.bias.copy_(linear.bias)
+        convs.append(conv)
+    return nn.Sequential(convs[0], nn.ReLU(), convs[1])
 
 
 def apply_conv_ffn(conv: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
@@ -419,6 +420,13 @@ def _mean_token_loss(model: Transformer, batch: Batch, smoothing: float = 0.0) -
     return loss / tokens
 
 
+def _grad_norm(module: nn.Module, weight_only: bool = False) -> float:
+    """L2 norm of the gradients of ``module``'s parameters (its ``weight`` alone with ``weight_only``)."""
+    params: list[torch.Tensor] = [module.get_parameter("weight")] if weight_only else list(module.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    return math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
+
+
 def gradient_norms_at_init(config: TransformerConfig, batch: Batch, seed: int = 0) -> dict[str, list[float]]:
     """Gradient norms of each layer's parameters for a freshly initialised model on one batch.
 
@@ -433,12 +441,10 @@ def gradient_norms_at_init(config: TransformerConfig, batch: Batch, seed: int = 
     model = Transformer(config).eval()
     _mean_token_loss(model, batch).backward()
 
-    def norm(module: nn.Module) -> float:
-        return math.sqrt(sum(float(p.grad.pow(2).sum()) for p in module.parameters() if p.grad is not None))
-
-    return {"encoder": [norm(layer) for layer in model.encoder.layers],
-            "decoder": [norm(layer) for layer in model.decoder.layers],
-            "decoder_ffn_w2": [float(layer.ffn.linear2.weight.grad.norm()) for layer in model.decoder.layers]}
+    return {"encoder": [_grad_norm(layer) for layer in model.encoder.layers],
+            "decoder": [_grad_norm(layer) for layer in model.decoder.layers],
+            "decoder_ffn_w2": [_grad_norm(layer.get_submodule("ffn.linear2"), weight_only=True)
+                               for layer in model.decoder.layers]}
 
 
 def warmup_schedule(peak_lr: float, warmup: int) -> Callable[[int], float]:
