@@ -174,6 +174,24 @@ def test_train_small_lowers_the_loss(toy_batches):
         exp.train_small(config, [], 5, exp.warmup_schedule(1e-3, 0))
     with pytest.raises(ValueError, match="steps"):
         exp.train_small(config, toy_batches, 0, exp.warmup_schedule(1e-3, 0))
+    with pytest.raises(TypeError, match="lr must be a callable"):
+        exp.train_small(config, toy_batches, 5, 1e-3)
+
+
+def test_train_small_uses_the_learning_rate_of_each_step(toy_batches):
+    config = small_config(src_vocab_size=12, tgt_vocab_size=12, num_encoder_layers=1, num_decoder_layers=1)
+    frozen = exp.train_small(config, toy_batches, 3, lambda step: 1e-30, seed=1)  # no visible update
+    torch.manual_seed(1)
+    fresh = companion.Transformer(config).eval()  # the same initial weights
+    with torch.no_grad():
+        for step in range(3):
+            batch = toy_batches[step]
+            logits = fresh(batch.src, batch.tgt_in)
+            expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out, ignore_index=0)
+            assert frozen.losses[step] == pytest.approx(float(expected), abs=1e-5)
+    moving = exp.train_small(config, toy_batches, 3, exp.warmup_schedule(1e-2, 0), seed=1)
+    assert moving.losses[0] == pytest.approx(frozen.losses[0]) and moving.losses[2] != pytest.approx(
+        frozen.losses[2], abs=1e-4)
 
 
 # -- Table 1 ----------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import companion
 from companion import FeedForward, Transformer, TransformerConfig
 from companion.data import Batch
+from companion.experiments.training import fit
 from companion.train import label_smoothed_loss
 
 __all__ = [
@@ -414,9 +415,10 @@ def layer_parameter_counts(layer: nn.Module) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _mean_token_loss(model: Transformer, batch: Batch, smoothing: float = 0.0) -> torch.Tensor:
+def _mean_token_loss(model: nn.Module, batch: Batch, pad_id: int) -> torch.Tensor:
+    """Mean cross-entropy per target token of ``model(batch.src, batch.tgt_in)`` (no label smoothing)."""
     logits = model(batch.src, batch.tgt_in)
-    loss, _, tokens = label_smoothed_loss(logits, batch.tgt_out, smoothing, model.config.pad_id)
+    loss, _, tokens = label_smoothed_loss(logits, batch.tgt_out, 0.0, pad_id)
     return loss / tokens
 
 
@@ -439,7 +441,7 @@ def gradient_norms_at_init(config: TransformerConfig, batch: Batch, seed: int = 
         raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
     torch.manual_seed(seed)
     model = Transformer(config).eval()
-    _mean_token_loss(model, batch).backward()
+    _mean_token_loss(model, batch, config.pad_id).backward()
 
     return {"encoder": [_grad_norm(layer) for layer in model.encoder.layers],
             "decoder": [_grad_norm(layer) for layer in model.decoder.layers],
@@ -473,30 +475,28 @@ class TrainResult:
 
 def train_small(config: TransformerConfig, batches: Sequence[Batch], steps: int, lr: Callable[[int], float],
                 seed: int = 0) -> TrainResult:
-    """Train a fresh :class:`companion.Transformer` for ``steps`` Adam steps (the paper's betas 0.9/0.98, eps
-    1e-9, no label smoothing), cycling through ``batches``; ``lr(step)`` gives the learning rate of step
-    1, 2, ... A loss that becomes NaN is recorded as ``inf`` and training stops there (the model diverged).
+    """Train a fresh :class:`companion.Transformer` (built after ``torch.manual_seed(seed)``) for ``steps`` Adam
+    steps with the paper's betas 0.9/0.98 and eps 1e-9, no label smoothing, cycling through ``batches``;
+    ``lr(step)`` gives the learning rate of step 1, 2, ... (e.g. :func:`warmup_schedule`).
+
+    The loop is the book's shared one, :func:`companion.experiments.training.fit`. A loss that becomes NaN or
+    infinite is recorded as ``inf`` and training stops there (the model diverged).
     """
     _check_positive_int("steps", steps)
     if not batches:
         raise ValueError("batches must not be empty")
+    if not callable(lr):
+        raise TypeError(f"lr must be a callable step -> learning rate, got {lr!r}")
     torch.manual_seed(seed)
-    model = Transformer(config).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
-    losses: list[float] = []
+    model = Transformer(config)
     grad_norms: list[float] = []
-    for step in range(1, steps + 1):
-        for group in optimizer.param_groups:
-            group["lr"] = lr(step)
-        loss = _mean_token_loss(model, batches[(step - 1) % len(batches)])
-        if not torch.isfinite(loss):
-            losses.append(float("inf"))
-            break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))))
-        optimizer.step()
-        losses.append(float(loss.detach()))
+    def loss_fn(module: nn.Module, batch: Batch) -> torch.Tensor:
+        return _mean_token_loss(module, batch, config.pad_id)
+
+    losses = fit(model, [batches[i % len(batches)] for i in range(steps)], loss_fn, steps,
+                 lr=1.0, schedule=lambda completed: lr(completed + 1),  # base 1.0: the multiplier is the rate
+                 betas=(0.9, 0.98), eps=1e-9, seed=seed, stop_on_nonfinite=True,
+                 on_step=lambda _step, _loss, norm: grad_norms.append(norm))
     return TrainResult(model.eval(), losses, grad_norms)
 
 
