@@ -37,8 +37,9 @@ def check_last_dim(name: str, value: torch.Tensor, size: int, what: str = "d_mod
 def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
     """Check a ``[batch, seq]`` tensor of integer token ids in ``[0, vocab_size)``."""
     tokens = check_tensor(name, tokens, dims=2)
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
+    if tokens.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype} "
+                        "(torch.int32 works too; convert with .long())")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty [batch, seq] tensor, got shape {tuple(tokens.shape)}")
     extremes = torch.aminmax(tokens)  # one pass, one host sync
@@ -120,6 +121,8 @@ def check_number(name: str, value: object, *, low: float | None = None, high: fl
     if too_low or too_high:
         if low == 0 and not low_inclusive and high is None:
             want = "a positive number"
+        elif low == 0 and not low_inclusive and high_inclusive:
+            want = f"a positive number no larger than {high:g}"
         else:
             left = "-inf" if low is None else f"{low:g}"
             right = "inf" if high is None else f"{high:g}"

@@ -79,12 +79,39 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as error:
         with _suppress_os_error():
             os.unlink(tmp_name)
+        cause = _os_error_in(error)
+        if cause is not None:
+            raise CheckpointError(_write_failure(path, cause)) from error
         raise
     _fsync_folder(path.parent)
     return path
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind ``error``: itself, or the one PyTorch's writer turned into a RuntimeError
+    ("unexpected pos ...") while the file's ``write`` failed (found in the exception's chain)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _write_failure(path: Path, error: OSError) -> str:
+    import errno
+
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        what = "the disk is full (no space left on the device)" if error.errno == errno.ENOSPC else \
+            "the disk quota is exhausted"
+        return (f"cannot write the checkpoint {path}: {what}. Nothing was replaced: the previous checkpoint is "
+                "intact. Free some space (or use --keep-last to keep fewer checkpoints) and --resume.")
+    return f"cannot write the checkpoint {path}: {error.strerror or error}. The previous checkpoint is intact."
 
 
 class _suppress_os_error:
@@ -292,7 +319,41 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     if bad:
         raise CheckpointError(f"{path} is unusable: {_describe_nonfinite(bad)}. It was written by a run that "
                               "diverged; use an earlier checkpoint.")
+    try:
+        check_model_config(checkpoint["model_config"])
+    except CheckpointError as error:
+        raise CheckpointError(f"{path}: {error}") from None
     return checkpoint
+
+
+def check_model_config(values: Any) -> Any:
+    """The :class:`~companion.model.TransformerConfig` a checkpoint's ``model_config`` describes, with every
+    field checked (types, ranges, finiteness), or :class:`CheckpointError` naming the field."""
+    import dataclasses
+    import math
+
+    from .model import TransformerConfig
+
+    if not isinstance(values, Mapping):
+        raise CheckpointError(f"the model_config must be a dict, got {type(values).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    for name, value in values.items():
+        if name not in fields:
+            raise CheckpointError(f"the model_config has an unknown field {name!r}")
+        default = fields[name].default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise CheckpointError(f"the model_config field {name} must be True or False, got {value!r}")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise CheckpointError(f"the model_config field {name} must be a finite number, got {value!r}")
+    eps = values.get("layer_norm_eps", 1e-5)
+    if not eps > 0:
+        raise CheckpointError(f"the model_config field layer_norm_eps must be positive, got {eps!r}")
+    try:
+        return TransformerConfig.from_dict(dict(values))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"the model_config is invalid: {error}") from None
 
 
 def _config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -346,14 +407,11 @@ def load_model_weights(model: nn.Module, checkpoint: Mapping[str, Any]) -> None:
 def model_from_checkpoint(checkpoint: Mapping[str, Any] | str | os.PathLike,
                           device: str | torch.device = "cpu") -> nn.Module:
     """Build the :class:`~companion.model.Transformer` a checkpoint describes, with its weights, in eval mode."""
-    from .model import Transformer, TransformerConfig
+    from .model import Transformer
 
     if not isinstance(checkpoint, Mapping):
         checkpoint = load_checkpoint(checkpoint)
-    try:
-        config = TransformerConfig.from_dict(dict(checkpoint["model_config"]))
-    except (TypeError, ValueError) as error:
-        raise CheckpointError(f"the checkpoint's model_config is invalid: {error}") from error
+    config = check_model_config(checkpoint["model_config"])
     model = Transformer(config)
     load_model_weights(model, checkpoint)
     return model.to(device).eval()
@@ -367,7 +425,17 @@ def tokenizers_from_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[Any, Any]
     if not saved:
         raise CheckpointError("this checkpoint has no vocabularies (it was trained on a synthetic task), so it "
                               "cannot translate or evaluate text")
-    return tokenizer_from_dict(saved["src"]), tokenizer_from_dict(saved["tgt"])
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"the checkpoint's tokenizers entry must be a dict, got {type(saved).__name__}")
+    rebuilt = []
+    for side in ("src", "tgt"):
+        if side not in saved:
+            raise CheckpointError(f"the checkpoint's tokenizers lack the {side!r} entry; the file is damaged")
+        try:
+            rebuilt.append(tokenizer_from_dict(saved[side]))
+        except (TypeError, ValueError, KeyError, OSError) as error:
+            raise CheckpointError(f"the checkpoint's {side} tokenizer is damaged: {error}") from None
+    return rebuilt[0], rebuilt[1]
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -77,14 +77,41 @@ def _options(args: argparse.Namespace, config_class: type) -> dict:
     return {name: value for name, value in vars(args).items() if name in names}
 
 
+def split_lines(text: str) -> list[str]:
+    """One sentence per line: split on ``\n`` only and drop a trailing ``\r`` (Windows line ends).
+
+    Unlike :meth:`str.splitlines`, characters such as U+2028, U+2029, U+0085, form feed, ``\x1c``-``\x1e`` or a
+    lone ``\r`` stay inside their line, so the output has exactly one line per input line. A final line end
+    does not start another line; a UTF-8 byte-order mark at the very start is dropped.
+    """
+    text = text.removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` decoded as UTF-8, or a :class:`RunError` naming ``where``, the line and the bad bytes."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise RunError(f"{where}: line {line} is not UTF-8 text (byte(s) {data[error.start:error.end]!r} at "
+                       f"offset {error.start}); translate reads UTF-8, one sentence per line") from None
+
+
 def _read_lines(path: str | None, stdin: TextIO) -> list[str]:
     if not path:
-        return stdin.read().splitlines()
+        binary = getattr(stdin, "buffer", None)
+        text = decode_utf8(binary.read(), "stdin") if binary is not None else stdin.read()
+        return split_lines(text)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().splitlines()
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as error:
         raise RunError(f"--input {path}: {error.strerror}") from None
+    return split_lines(decode_utf8(data, f"--input {path}"))
 
 
 def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from ._validation import check_positive_int, check_token_ids
 from .data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
+from .devices import resolve_device
 from .errors import NonFiniteOutputError
 from .model import Transformer, eval_mode
 
@@ -330,7 +331,7 @@ def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_
     for i, row in enumerate(rows):
         if not row:
             raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    device = resolve_device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in rows]

@@ -19,6 +19,7 @@ __all__ = [
     "PretrainedUnavailableError",
     "NonFiniteOutputError",
     "RunLockedError",
+    "DataError",
 ]
 
 
@@ -64,3 +65,8 @@ class NonFiniteOutputError(CompanionError, FloatingPointError):
 
 class RunLockedError(RunError):
     """Another live process holds the lock of the run folder (``DIR/.lock``)."""
+
+
+class DataError(CompanionError, ValueError):
+    """A data file is unreadable or malformed (truncated or corrupt gzip, bytes that are not UTF-8, files that
+    are not line-aligned, no sentence pairs); the message names the file and, where there is one, the line."""

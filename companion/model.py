@@ -413,6 +413,14 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"memory and tgt must have the same batch size, got {memory.shape[0]} and {tgt.shape[0]}"
             )
+        if src_mask is not None:
+            check_tensor("src_mask", src_mask)
+            expected = (memory.shape[0], 1, 1, memory.shape[1])
+            if tuple(src_mask.shape) != expected or src_mask.dtype != torch.bool:
+                raise ValueError(
+                    f"src_mask must be the boolean key-padding mask [batch, 1, 1, n] = {list(expected)} that "
+                    f"encode() returns, got {src_mask.dtype} of shape {list(src_mask.shape)}"
+                )
         return self._decode(tgt, memory, src_mask, cache, need_weights)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

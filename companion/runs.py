@@ -35,13 +35,14 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from ._validation import check_bool, check_choice, check_integer, check_number
-from .errors import ConfigError, RunError
+from .errors import ConfigError, RunError, RunLockedError
 from .model import MODEL_PRESETS, TransformerConfig
 from .train import OPTION_LIMITS, TrainConfig
 
@@ -55,6 +56,8 @@ __all__ = [
     "TranslateConfig",
     "EvaluateConfig",
     "prepare_out_dir",
+    "RunFolderLock",
+    "data_identity",
     "build_tokenizers",
     "build_run_data",
     "RunData",
@@ -361,6 +364,9 @@ class RunConfig:
             self.data_dir = str(self.data_dir)
         if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
             raise ConfigError("set a limit: --max-steps, --max-minutes and/or --max-epochs")
+        if self.keep_last is not None and self.average_last > self.keep_last:
+            raise ConfigError(f"--average-last {self.average_last} averages more checkpoints than --keep-last "
+                              f"{self.keep_last} keeps; raise --keep-last to at least {self.average_last}")
         if self.task == "multi30k" and self.src == self.tgt:
             raise ConfigError(f"--src and --tgt must differ, got {self.src!r} for both")
         self._check_model_shape()
@@ -493,6 +499,132 @@ def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_ma
     return None
 
 
+LOCK_FILE = ".lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (signal 0 checks without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    except OSError:
+        return False
+    return True
+
+
+def _lock_holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        return f"pid {holder['pid']} on {holder.get('host', '?')}, since {holder.get('since', '?')}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "an unknown process"
+
+
+class RunFolderLock:
+    """An exclusive lock on a run folder for the whole life of a run: ``DIR/.lock`` holds the holder's pid.
+
+    Where the OS offers ``fcntl.flock`` (Linux, macOS) the lock is a kernel lock on that file, released
+    when the process ends however it ends, so a lock file left by a killed run is recognised as stale and
+    taken over. Elsewhere the file is created exclusively and a file whose pid no longer runs is stale.
+    A second run into the same folder gets :class:`~companion.errors.RunLockedError` naming the holder.
+    ``stale`` tells afterwards whether a stale lock file was found (and replaced).
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.path = Path(folder) / LOCK_FILE
+        self.stale: str | None = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunFolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            self._acquire_by_pid()
+            return
+        for _ in range(100):  # retried only when the file was replaced between open and lock
+            fd = self._open(os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise RunLockedError(self._busy_message()) from None
+            try:
+                same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                self._fd = fd
+                self._note_stale()
+                self._write_holder()
+                return
+            os.close(fd)
+        raise RunLockedError(f"could not lock {self.path}: it keeps being replaced by another process")
+
+    def _acquire_by_pid(self) -> None:
+        for _ in range(2):
+            try:
+                self._fd = self._open(os.O_RDWR | os.O_CREAT | os.O_EXCL)
+                self._write_holder()
+                return
+            except FileExistsError:
+                try:
+                    pid = int(json.loads(self.path.read_text(encoding="utf-8"))["pid"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    pid = -1
+                if pid > 0 and _pid_alive(pid):
+                    raise RunLockedError(self._busy_message()) from None
+                self.stale = _lock_holder(self.path)
+                self.path.unlink(missing_ok=True)
+        raise RunLockedError(self._busy_message())
+
+    def _open(self, flags: int) -> int:
+        try:
+            return os.open(self.path, flags, 0o644)
+        except FileExistsError:
+            raise
+        except OSError as error:
+            raise RunError(f"--out {self.path.parent}: cannot write into the folder ({error.strerror or error})"
+                           ) from None
+
+    def _busy_message(self) -> str:
+        return (f"--out {self.path.parent} is in use by another run ({_lock_holder(self.path)}): two runs in "
+                "one folder would mix their checkpoints and logs. Wait for it to finish, or choose another "
+                f"folder. (If no such process runs, delete {self.path}.)")
+
+    def _note_stale(self) -> None:
+        if self.path.stat().st_size:  # a lock file that nobody holds: its run ended without removing it
+            self.stale = _lock_holder(self.path)
+
+    def _write_holder(self) -> None:
+        import socket
+
+        assert self._fd is not None
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, record, 0) if hasattr(os, "pwrite") else os.write(self._fd, record)
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (the file first, so that nobody locks a dying file)."""
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+
 class RunData(NamedTuple):
     """What :func:`build_run_data` returns: tokenizers (None for synthetic tasks), vocabulary sizes, batches."""
 
@@ -500,6 +632,38 @@ class RunData(NamedTuple):
     vocab_sizes: tuple[int, int]
     train_batches: list[Any]
     valid_batches: list[Any]
+    identity: dict[str, Any] | None = None  # what the data are (see data_identity); None for synthetic tasks
+
+
+def data_identity(splits: Mapping[str, Sequence[tuple[str, str]]]) -> dict[str, Any]:
+    """What exact resume depends on in the data: per split the number of sentence pairs and the SHA-256 of
+    their text. Recorded in ``run.json`` and every checkpoint; ``--resume`` refuses data that differ."""
+    import hashlib
+
+    identity = {}
+    for split, pairs in splits.items():
+        sha = hashlib.sha256()
+        for source, target in pairs:
+            sha.update(source.encode("utf-8", "surrogatepass") + b"\t" + target.encode("utf-8", "surrogatepass")
+                       + b"\n")
+        identity[split] = {"pairs": len(pairs), "sha256": sha.hexdigest()}
+    return identity
+
+
+def _check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
+                     config: RunConfig) -> None:
+    """RunError if a resumed run's data differ from the data its checkpoint recorded."""
+    if not recorded or current is None:
+        return  # a run recorded before data identities were kept, or a synthetic task (drawn from the seed)
+    differing = [f"{split}: the run used {recorded[split]['pairs']} pairs (sha256 {recorded[split]['sha256'][:12]}), "
+                 f"now {current[split]['pairs']} pairs (sha256 {current[split]['sha256'][:12]})"
+                 for split in sorted(set(recorded) | set(current))
+                 if recorded.get(split) != current.get(split) and split in recorded and split in current]
+    if differing:
+        source = config.data_dir or os.environ.get("COMPANION_DATA_DIR") or "the Hugging Face hub"
+        raise RunError(f"--resume: the data in {source} are not the data this run was trained on ("
+                       + "; ".join(differing) + "). Resuming would not continue the same run; pass the "
+                       "--data-dir the run used, or start a new run.")
 
 
 def build_tokenizers(config: RunConfig, train_pairs: Sequence[tuple[str, str]], rank: int = 0,
@@ -516,6 +680,10 @@ def build_tokenizers(config: RunConfig, train_pairs: Sequence[tuple[str, str]], 
         src_texts, tgt_texts = [s for s, _ in train_pairs], [t for _, t in train_pairs]
         if config.tokenizer == "bpe":
             shared = SubwordTokenizer.train(src_texts + tgt_texts, vocab_size=config.vocab_size)
+            if shared.vocab_size > config.vocab_size:
+                warnings.warn(f"--vocab-size {config.vocab_size}: the BPE vocabulary has {shared.vocab_size} "
+                              "entries, because it keeps every character of the training text (plus the 4 "
+                              "special tokens); ask for more than that to get merges", stacklevel=2)
             dicts = [{"src": shared.to_dict(), "tgt": shared.to_dict()}]
         else:
             dicts = [{"src": WordTokenizer.build(src_texts, config.src, min_freq=config.min_freq).to_dict(),
@@ -536,6 +704,7 @@ def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None
     """
     from .data import encode_pairs, load_multi30k, make_batches, synthetic_pairs, tokenizer_from_dict
 
+    identity = None
     if config.task != "multi30k":
         vocab = config.synthetic_vocab
         train = synthetic_pairs(config.task, config.num_examples, max_len=config.synthetic_max_len,
@@ -550,6 +719,7 @@ def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None
             raise RunError(str(error)) from None
         if config.limit_train:
             splits["train"] = splits["train"][: config.limit_train]
+        identity = data_identity({name: splits[name] for name in ("train", "valid")})
         if saved_tokenizers is not None:
             src_tok, tgt_tok = (tokenizer_from_dict(saved_tokenizers[side]) for side in ("src", "tgt"))
         else:
@@ -560,7 +730,7 @@ def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None
     assert config.max_tokens is not None  # filled from the preset when the config was built
     train_batches = make_batches(train, config.max_tokens, seed=config.seed)
     valid_batches = make_batches(valid, config.max_tokens, shuffle=False)
-    return RunData(tokenizers, vocab_sizes, train_batches, valid_batches)
+    return RunData(tokenizers, vocab_sizes, train_batches, valid_batches, identity)
 
 
 def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
@@ -609,35 +779,46 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
     if given.get("threads"):
         torch.set_num_threads(check_integer("--threads", given["threads"], minimum=1))
     rank, world_size, _ = setup_distributed(given.get("device", RunConfig.device))
+    lock: RunFolderLock | None = None
     try:
+        _make_out_dir(out, resume, bool(given.get("overwrite", False)))
+        if rank == 0:  # one lock per run; the other processes of a torchrun job belong to the same run
+            lock = RunFolderLock(out)
+            lock.acquire()
+            if lock.stale:
+                warnings.warn(f"{lock.path}: replaced a stale lock left by a run that ended without removing it "
+                              f"({lock.stale})", stacklevel=2)
         resume_from = prepare_out_dir(out, resume, bool(given.get("overwrite", False)), rank == 0)
-        saved_tokenizers = None
+        saved_tokenizers, recorded_data = None, None
         if resume_from is not None:
             checkpoint = load_checkpoint(resume_from)
             recorded = dict(checkpoint.get("run_info", {}).get("args") or {})
             if not recorded:
                 raise RunError(f"{resume_from} does not record the flags of its run; cannot --resume it")
             config = RunConfig.resumed(recorded, given)
+            _check_limits_ahead(config, checkpoint, resume_from)
             saved_tokenizers = checkpoint.get("tokenizers")
+            recorded_data = checkpoint.get("run_info", {}).get("data")
         assert config is not None
         if world_size > 1:
             import torch.distributed as dist
 
             dist.barrier()  # rank 0 has cleaned the folder
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise RunError(f"--out {out}: cannot create the folder ({error.strerror})") from None
 
         started = time.time()
         data = build_run_data(config, saved_tokenizers, rank, world_size)
+        _check_same_data(recorded_data, data.identity, config)
+        if config.accum_steps > len(data.train_batches):
+            raise ConfigError(f"--accum-steps {config.accum_steps} is more than the {len(data.train_batches)} "
+                              "batches of an epoch: one optimizer step would see some batches twice. Lower "
+                              "--accum-steps or --max-tokens")
         src_vocab, tgt_vocab = data.vocab_sizes
         torch.manual_seed(config.seed)
         model = Transformer(config.model_config(src_vocab, tgt_vocab))
         command = list(command) if command is not None else sys.argv[1:]
         args = config.to_dict()
         run_info = {"task": config.task, "src": config.src, "tgt": config.tgt, "args": args, "command": command,
-                    "world_size": world_size}
+                    "world_size": world_size, "data": data.identity}
         trainer = Trainer(model, config.train_config(), data.train_batches, data.valid_batches, out_dir=out,
                           tokenizers=data.tokenizers, run_info=run_info)
         if resume_from is not None:
@@ -648,7 +829,7 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": ["companion", "train", *command],
                 "args": args, "world_size": world_size, "device": str(trainer.device),
                 "model_parameters": model.num_parameters(), "train_batches": len(data.train_batches),
-                "resumed_from": str(resume_from) if resume_from else None,
+                "resumed_from": str(resume_from) if resume_from else None, "data": data.identity,
             })
             print(f"companion train: {config.task} {config.src}->{config.tgt if config.task == 'multi30k' else ''}"
                   f" preset={config.preset} params={model.num_parameters():,} vocab={src_vocab}/{tgt_vocab} "
@@ -657,6 +838,10 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
         summary = trainer.train()
         if rank == 0 and config.average_last > 1:
             paths = list_checkpoints(out / "checkpoints")[-config.average_last:]
+            if len(paths) < config.average_last:
+                warnings.warn(f"--average-last {config.average_last}: the run wrote only {len(paths)} "
+                              "checkpoint(s), so averaged.pt averages those; write more with --save-every or "
+                              "--save-every-minutes", stacklevel=2)
             averaged = average_checkpoints(paths)
             summary["averaged"] = str(write_checkpoint(averaged, out / "averaged.pt"))
             summary["averaged_from"] = [p.name for p in paths]
@@ -665,7 +850,38 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
             _print_summary(summary, stream)
         return summary
     finally:
+        if lock is not None:
+            lock.release()
         cleanup_distributed()
+
+
+def _make_out_dir(out: Path, resume: bool, overwrite: bool) -> None:
+    """Create the output folder (a fresh run) or check that it is there (``--resume``), with clear errors."""
+    if resume and overwrite:
+        raise RunError("--resume and --overwrite contradict each other; pass one of them")
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out} exists and is not a folder")
+    if resume:
+        if not out.is_dir():
+            raise RunError(f"--resume: {out} holds no run to resume")
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunError(f"--out {out}: cannot create the folder ({error.strerror or error})") from None
+
+
+def _check_limits_ahead(config: RunConfig, checkpoint: Mapping[str, Any], path: Path) -> None:
+    """RunError if the resumed run has already reached its step or epoch limit (nothing left to train: it
+    would only rewrite its last checkpoint)."""
+    step = int(checkpoint.get("step", 0))
+    epoch = ((checkpoint.get("trainer_state") or {}).get("state") or {}).get("epoch", 0)
+    if config.max_steps is not None and config.max_steps <= step:
+        raise RunError(f"--resume: {path.name} is at step {step}, and --max-steps {config.max_steps} is not beyond "
+                       "it; give a larger --max-steps to train further")
+    if config.max_epochs is not None and config.max_epochs <= epoch:
+        raise RunError(f"--resume: {path.name} has finished {epoch} epoch(s), and --max-epochs {config.max_epochs} "
+                       "is not beyond it; give a larger --max-epochs to train further")
 
 
 def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
@@ -780,6 +996,14 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *,
     if loaded is None:
         loaded = load_for_inference(config.checkpoint, config.device)
     model, src_tok, tgt_tok, _, device = loaded
+    for number, line in enumerate(lines, start=1):
+        if not isinstance(line, str):
+            raise RunError(f"translate: line {number} must be a str, got {type(line).__name__}")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise RunError(f"translate: line {number} is not valid text (character {line[error.start]!r} at "
+                           f"position {error.start + 1}: undecodable input bytes?); pass UTF-8 text") from None
     wanted = [i for i, line in enumerate(lines) if line.strip()]
     outputs = [""] * len(lines)
     if wanted:

@@ -134,6 +134,13 @@ def label_smoothed_loss(
         )
     if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
         raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+    vocab = logits.shape[-1]
+    if target.numel():
+        extremes = torch.aminmax(target.masked_fill(target == pad_id, 0))  # one pass, one host sync
+        low, high = int(extremes.min), int(extremes.max)
+        if low < 0 or high >= vocab:
+            raise ValueError(f"target holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {vocab}) of the logits")
     log_probs = F.log_softmax(logits.float(), dim=-1)  # [..., vocab]
     keep = target != pad_id
     safe_target = target.masked_fill(~keep, 0)

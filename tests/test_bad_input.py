@@ -281,7 +281,8 @@ MODEL_CASES = {
     ),
     "src mask does not broadcast": (
         lambda m: m.decode(TGT, torch.randn(2, 6, D_MODEL), torch.ones(2, 1, 1, 5, dtype=torch.bool)), ValueError,
-        e("mask of shape (2, 1, 1, 5) does not broadcast to the attention scores' shape (2, 4, 5, 6)"),
+        e("src_mask must be the boolean key-padding mask [batch, 1, 1, n] = [2, 1, 1, 6] that encode() returns, "
+          "got torch.bool of shape [2, 1, 1, 5]"),
     ),
 }
 

@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import warnings
+import zlib
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -32,7 +33,7 @@ _HOW_TO_GET = (
 )
 
 
-from ..errors import DataUnavailableError  # noqa: E402
+from ..errors import DataError, DataUnavailableError  # noqa: E402
 
 
 def load_multi30k(src: str = "en", tgt: str = "de",
@@ -69,11 +70,42 @@ def _find_file(folder: Path, stem: str, language: str) -> Path | None:
     return None
 
 
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of ``path``, decompressed if its name ends in ``.gz``; a :class:`DataError` naming the file
+    for a truncated or corrupt gzip stream or one that is not gzip at all."""
+    try:
+        if path.suffix != ".gz":
+            return path.read_bytes()
+        with gzip.open(path, "rb") as handle:
+            return handle.read()
+    except gzip.BadGzipFile as error:
+        problem = ("is not gzip-compressed (no gzip header); rename it without .gz if it is plain text"
+                   if "Not a gzipped file" in str(error) else f"is a corrupt gzip file ({error})")
+        raise DataError(f"data file {path} {problem}") from None
+    except EOFError:
+        raise DataError(f"data file {path} is truncated: its gzip stream ends before the end marker "
+                        "(an interrupted download or copy?); fetch it again") from None
+    except zlib.error as error:
+        raise DataError(f"data file {path} is a corrupt gzip file (the compressed data is damaged: {error}); "
+                        "fetch it again") from None
+    except OSError as error:
+        raise DataError(f"data file {path} cannot be read: {error.strerror or error}") from None
+
+
 def _read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file, gzip-compressed if its name ends in ``.gz``, without line ends."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
-        text = handle.read()
+    """The lines of a UTF-8 text file, gzip-compressed if its name ends in ``.gz``, without line ends.
+
+    Lines end at ``\n`` only (a trailing ``\r`` is dropped); a UTF-8 byte-order mark at the start is dropped.
+    Undecodable bytes are a :class:`DataError` naming the file, the line and the bytes.
+    """
+    data = _read_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise DataError(f"data file {path}, line {line}: not UTF-8 text (byte(s) "
+                        f"{data[error.start:error.end]!r} at byte offset {error.start})") from None
+    text = text.removeprefix("\ufeff")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline at the end of the last line
@@ -91,10 +123,14 @@ def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple
     assert src_path is not None and tgt_path is not None
     src_lines, tgt_lines = _read_lines(src_path), _read_lines(tgt_path)
     if len(src_lines) != len(tgt_lines):
-        raise ValueError(
+        raise DataError(
             f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
             "source and target files must be line-aligned (one sentence pair per line)")
-    return _drop_empty_pairs(list(zip(src_lines, tgt_lines)), f"{src_path.name}/{tgt_path.name}")
+    pairs = _drop_empty_pairs(list(zip(src_lines, tgt_lines)), f"{src_path.name}/{tgt_path.name}")
+    if not pairs:
+        raise DataError(f"{src_path} and {tgt_path} hold no sentence pair ({len(src_lines)} line(s), none with "
+                        "text on both sides)")
+    return pairs
 
 
 def _drop_empty_pairs(pairs: list[tuple[str, str]], where: str) -> list[tuple[str, str]]:

@@ -92,12 +92,24 @@ def _check_texts(name: str, texts: object) -> list[str]:
     for i, text in enumerate(items):
         if not isinstance(text, str):
             raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
+        _check_unicode(f"{name}[{i}]", text)
     return [str(text) for text in items]
 
 
 def _check_text(text: object) -> str:
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return _check_unicode("text", text)
+
+
+def _check_unicode(name: str, text: str) -> str:
+    """``text`` unchanged, or a ValueError if it holds lone surrogates (what undecodable bytes become when
+    they are read with ``errors="surrogateescape"``, as Python reads stdin in a C locale)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} is not valid Unicode text: character {text[error.start]!r} at position "
+                         f"{error.start} is a lone surrogate (bytes that were not UTF-8?)") from None
     return text
 
 
@@ -216,7 +228,14 @@ class WordTokenizer(Tokenizer):
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "WordTokenizer":
-        return cls(values["language"], values["itos"], values.get("glue_left", ()),
+        itos = values["itos"]
+        if not isinstance(itos, list) or not all(isinstance(token, str) for token in itos):
+            raise ValueError("values['itos'] must be a list of token strings")
+        for key in ("glue_left", "glue_right"):
+            glue = values.get(key, [])
+            if not isinstance(glue, list) or not all(isinstance(token, str) for token in glue):
+                raise ValueError(f"values[{key!r}] must be a list of token strings")
+        return cls(values["language"], itos, values.get("glue_left", ()),
                    values.get("glue_right", ()), values.get("min_freq", 1))
 
     def __repr__(self) -> str:
@@ -335,7 +354,14 @@ class SubwordTokenizer(Tokenizer):
     def from_dict(cls, values: dict[str, Any]) -> "SubwordTokenizer":
         from tokenizers import Tokenizer as HFTokenizer
 
-        return cls(HFTokenizer.from_str(values["tokenizer"]))
+        text = values["tokenizer"]
+        if not isinstance(text, str):
+            raise ValueError(f"values['tokenizer'] must be the tokenizer's JSON text, got {type(text).__name__}")
+        try:
+            tokenizer = HFTokenizer.from_str(text)
+        except Exception as error:  # the library raises a bare Exception for malformed JSON
+            raise ValueError(f"values['tokenizer'] is not a valid tokenizers JSON ({str(error)[:200]})") from None
+        return cls(tokenizer)
 
     def __repr__(self) -> str:
         return f"SubwordTokenizer(vocab_size={self.vocab_size})"
