@@ -99,4 +99,4 @@ $(COLAB_VENV)/.installed: colab/packages.txt
 	touch $@
 
 colab-check: install $(COLAB_VENV)/.installed
-	COLAB_ENV_PYTHON=$(abspath $(COLAB_VENV))/bin/python $(BIN)/python -m pytest colab -p no:cacheprovider -v
+	COLAB_ENV_PYTHON=$(abspath $(COLAB_VENV))/bin/python $(BIN)/python -m pytest colab -p no:cacheprovider -v --durations=5

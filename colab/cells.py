@@ -48,8 +48,13 @@ def _loop_and_with_targets(statement: ast.stmt) -> set[str]:
         if isinstance(node, (ast.For, ast.AsyncFor)):
             targets |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
         if isinstance(node, (ast.With, ast.AsyncWith)):
-            targets |= {n.id for item in node.items if item.optional_vars is not None
-                        for n in ast.walk(item.optional_vars) if isinstance(n, ast.Name)}
+            targets |= {
+                n.id
+                for item in node.items
+                if item.optional_vars is not None
+                for n in ast.walk(item.optional_vars)
+                if isinstance(n, ast.Name)
+            }
         pending.extend(ast.iter_child_nodes(node))
     return targets
 
@@ -90,7 +95,7 @@ def cells_for_widgets(sources: list[str], setup_cells: int = 2) -> list[int]:
 # Run after a widget cell in the chapter's kernel: moves every control of every `interact`/`interactive` the cell
 # created to another value (the callback runs, as when a reader moves it), then calls the function once more
 # directly, so that an exception in the callback fails the cell instead of being shown inside the widget.
-WIDGET_PROBE = '''\
+WIDGET_PROBE = """\
 import ipywidgets as _w
 import matplotlib.pyplot as _plt
 
@@ -130,4 +135,4 @@ _third_party = sorted({type(w).__name__ for w in _registry().values()
 assert not _third_party, f"third-party widgets {_third_party} need Colab's custom widget manager"
 assert _probed, "this cell was expected to create an interact/interactive widget"
 print(f"widget probe: {_probed} widget(s), ipywidgets {_w.__version__}")
-'''
+"""

@@ -31,8 +31,7 @@ def run_cell(client, source: str, timeout: float) -> tuple[dict, list]:
         if message["msg_type"] in OUTPUT_TYPES:
             outputs.append(nbformat.v4.output_from_msg(message))
 
-    reply = client.execute_interactive(source, timeout=timeout, output_hook=keep, allow_stdin=False,
-                                       stop_on_error=True)
+    reply = client.execute_interactive(source, timeout=timeout, output_hook=keep, allow_stdin=False, stop_on_error=True)
     return reply["content"], outputs
 
 

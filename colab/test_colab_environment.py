@@ -16,6 +16,7 @@ After the run the installed packages are removed again, so the cached environmen
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -36,15 +37,20 @@ import colab_cell  # noqa: E402
 # The longest chapter that runs whole in about two minutes on 2 shared CPU cores (chapter 6 trains for ~7 min).
 WHOLE_CHAPTER = "01_history"
 CELL_TIMEOUT_S = 600
+JOBS = int(os.environ.get("COLAB_CHECK_JOBS", "2"))  # chapters executed side by side
 PIP_TIMEOUT_S = 600
 
 
 def _committed_chapters() -> list[str]:
     """The chapters at HEAD: the Colab cell clones the repository, so uncommitted chapters are not there."""
-    listing = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", "HEAD", "book/"],
-                             capture_output=True, text=True, check=True).stdout.split()
-    return sorted(pathlib.Path(name).stem for name in listing
-                  if pathlib.Path(name).suffix == ".md" and pathlib.Path(name).name[:2].isdigit())
+    listing = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", "HEAD", "book/"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return sorted(
+        pathlib.Path(name).stem
+        for name in listing
+        if pathlib.Path(name).suffix == ".md" and pathlib.Path(name).name[:2].isdigit()
+    )
 
 
 def _pins() -> dict[str, str]:
@@ -63,15 +69,18 @@ CHAPTERS = _committed_chapters()
 def _python() -> pathlib.Path:
     value = os.environ.get("COLAB_ENV_PYTHON")
     if not value or not pathlib.Path(value).exists():
-        pytest.fail("COLAB_ENV_PYTHON must name the Python of the Colab-like environment: run `make colab-check`, "
-                    f"got {value!r}")
+        pytest.fail(
+            "COLAB_ENV_PYTHON must name the Python of the Colab-like environment: run `make colab-check`, "
+            f"got {value!r}"
+        )
     return pathlib.Path(value)
 
 
 def _packages(python: pathlib.Path) -> dict[str, str]:
     """{lower-case name: version} of every distribution in the environment."""
-    listing = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"], capture_output=True,
-                             text=True, check=True, timeout=120)
+    listing = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, check=True, timeout=120
+    )
     return {item["name"].lower().replace("_", "-"): item["version"] for item in json.loads(listing.stdout)}
 
 
@@ -94,17 +103,21 @@ def _restore(python: pathlib.Path, base: dict[str, str]) -> None:
     current = _packages(python)
     extra = sorted(set(current) - set(base))
     if extra:
-        subprocess.run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *extra], check=True,
-                       timeout=PIP_TIMEOUT_S)
+        subprocess.run(
+            [str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *extra], check=True, timeout=PIP_TIMEOUT_S
+        )
     changed = {name: (version, current.get(name)) for name, version in base.items() if current.get(name) != version}
     if changed:
-        pytest.fail(f"{python.parent.parent} no longer matches colab/packages.txt ({changed}): "
-                    "delete it and rerun `make colab-check`")
+        pytest.fail(
+            f"{python.parent.parent} no longer matches colab/packages.txt ({changed}): "
+            "delete it and rerun `make colab-check`"
+        )
 
 
 def _git(*args: str, cwd: pathlib.Path = ROOT) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True,
-                          timeout=120).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +145,9 @@ def colab(tmp_path_factory):
         "result.raise_error()\n"
         "print('WORKING DIRECTORY', os.getcwd())\n"
     )
-    run = subprocess.run([str(python), str(runner), str(cell)], cwd=tmp, capture_output=True, text=True,
-                         timeout=PIP_TIMEOUT_S)
+    run = subprocess.run(
+        [str(python), str(runner), str(cell)], cwd=tmp, capture_output=True, text=True, timeout=PIP_TIMEOUT_S
+    )
     assert run.returncode == 0, f"the Colab cell failed:\n{run.stdout}\n{run.stderr}"
     assert f"WORKING DIRECTORY {clone / 'book'}" in run.stdout, run.stdout
     after = _packages(python)
@@ -143,14 +157,18 @@ def colab(tmp_path_factory):
 
 def test_the_environment_has_colabs_versions(colab):
     pins = _pins()
-    wrong = {name: (version, colab["base"].get(name)) for name, version in pins.items()
-             if colab["base"].get(name) != version}
+    wrong = {
+        name: (version, colab["base"].get(name)) for name, version in pins.items() if colab["base"].get(name) != version
+    }
     assert not wrong, f"colab/.venv differs from colab/packages.txt (pinned, found): {wrong}"
 
 
 def test_installing_companion_changes_no_preinstalled_package(colab):
-    changed = {name: f"{version} -> {colab['after'].get(name, 'removed')}"
-               for name, version in colab["base"].items() if colab["after"].get(name) != version}
+    changed = {
+        name: f"{version} -> {colab['after'].get(name, 'removed')}"
+        for name, version in colab["base"].items()
+        if colab["after"].get(name) != version
+    }
     assert not changed, f"the Colab cell's install changed packages Colab preinstalls: {changed}\n{colab['log']}"
 
 
@@ -179,33 +197,70 @@ def _notebook(chapter: str, clone: pathlib.Path, whole: bool) -> tuple[nbformat.
     return notebook, widget_cells
 
 
-def _execute(colab, chapter: str, whole: bool, tmp_path: pathlib.Path) -> nbformat.NotebookNode:
-    notebook, widget_cells = _notebook(chapter, colab["clone"], whole)
-    source, executed = tmp_path / f"{chapter}.ipynb", tmp_path / f"{chapter}.executed.ipynb"
+def _run(python: pathlib.Path, clone: pathlib.Path, chapter: str, whole: bool, folder: pathlib.Path) -> dict:
+    """Execute one chapter's chosen cells in the environment; returns what the tests check."""
+    notebook, widget_cells = _notebook(chapter, clone, whole)
+    source, executed = folder / f"{chapter}.ipynb", folder / f"{chapter}.executed.ipynb"
     nbformat.write(notebook, source)
     env = {key: value for key, value in os.environ.items() if key != "MPLBACKEND"}
     # Multi30k comes from COMPANION_DATA_DIR (`make` sets it when ../shared/data/multi30k exists), else the hub.
     env.update(TQDM_DISABLE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
-    run = subprocess.run([str(colab["python"]), str(HERE / "run_notebook.py"), str(source), str(executed),
-                          "--cwd", str(colab["clone"] / "book"), "--timeout", str(CELL_TIMEOUT_S)],
-                         capture_output=True, text=True, env=env, timeout=CELL_TIMEOUT_S * 3)
-    assert run.returncode == 0, f"{chapter} failed in the Colab environment:\n{run.stderr[-6000:]}"
-    result = nbformat.read(executed, as_version=4)
-    printed = "".join(out.get("text", "") for cell in result.cells for out in cell.get("outputs", []))
-    assert printed.count("widget probe:") == widget_cells
-    assert not widget_cells or f"ipywidgets {_pins()['ipywidgets']}" in printed, "widgets ran with another ipywidgets"
-    return result
+    run = subprocess.run(
+        [
+            str(python),
+            str(HERE / "run_notebook.py"),
+            str(source),
+            str(executed),
+            "--cwd",
+            str(clone / "book"),
+            "--timeout",
+            str(CELL_TIMEOUT_S),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CELL_TIMEOUT_S * 3,
+    )
+    return {
+        "returncode": run.returncode,
+        "log": run.stdout + run.stderr[-6000:],
+        "widget_cells": widget_cells,
+        "executed": nbformat.read(executed, as_version=4) if executed.exists() else None,
+    }
+
+
+@pytest.fixture(scope="module")
+def chapter_runs(colab, tmp_path_factory):
+    """Every chapter's run, JOBS at a time (the chapters use one or two threads each), the whole chapter first."""
+    folder = tmp_path_factory.mktemp("chapters")
+    plan = [(WHOLE_CHAPTER, True)] + [(name, False) for name in CHAPTERS if name != WHOLE_CHAPTER]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
+        futures = {
+            (name, whole): pool.submit(_run, colab["python"], colab["clone"], name, whole, folder)
+            for name, whole in plan
+        }
+        return {key: future.result() for key, future in futures.items()}
+
+
+def _check(result: dict, chapter: str) -> nbformat.NotebookNode:
+    assert result["returncode"] == 0, f"{chapter} failed in the Colab environment:\n{result['log']}"
+    executed = result["executed"]
+    printed = "".join(out.get("text", "") for cell in executed.cells for out in cell.get("outputs", []))
+    assert printed.count("widget probe:") == result["widget_cells"]
+    assert not result["widget_cells"] or f"ipywidgets {_pins()['ipywidgets']}" in printed, (
+        "the widgets ran with another ipywidgets than Colab's"
+    )
+    return executed
 
 
 @pytest.mark.parametrize("chapter", [name for name in CHAPTERS if name != WHOLE_CHAPTER])
-def test_chapter_imports_and_widgets_run_in_colabs_environment(colab, chapter, tmp_path):
+def test_chapter_imports_and_widgets_run_in_colabs_environment(chapter_runs, chapter):
     """The whole-chapter test below covers WHOLE_CHAPTER's widgets as well."""
-    _execute(colab, chapter, whole=False, tmp_path=tmp_path)
+    _check(chapter_runs[(chapter, False)], chapter)
 
 
-def test_one_whole_chapter_runs_in_colabs_environment(colab, tmp_path):
+def test_one_whole_chapter_runs_in_colabs_environment(chapter_runs, colab):
     assert WHOLE_CHAPTER in CHAPTERS
-    result = _execute(colab, WHOLE_CHAPTER, whole=True, tmp_path=tmp_path)
-    chapter = [c for c in jupytext.read(colab["clone"] / "book" / f"{WHOLE_CHAPTER}.md").cells
-               if c.cell_type == "code"]
-    assert len([c for c in result.cells if "widget probe" not in c.source]) == len(chapter)
+    executed = _check(chapter_runs[(WHOLE_CHAPTER, True)], WHOLE_CHAPTER)
+    chapter = [c for c in jupytext.read(colab["clone"] / "book" / f"{WHOLE_CHAPTER}.md").cells if c.cell_type == "code"]
+    assert len([c for c in executed.cells if "widget probe" not in c.source]) == len(chapter)
