@@ -7,6 +7,7 @@ do not modify them.
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 
 import torch
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from companion import Transformer, TransformerConfig
 from companion.data import EOS_ID, make_batches, synthetic_pairs
 from companion.decode import greedy_decode
+from companion.experiments.training import fit
 
 COPY_VOCAB = 10  # ids 4..9 are the "words"
 COPY_MAX_LEN = 6
@@ -41,32 +43,22 @@ def exact_match(model: Transformer, pairs) -> float:
 
 @lru_cache(maxsize=None)
 def copy_model() -> Transformer:
-    """A one-layer pre-LN Transformer trained on the copy task until it copies 100 validation inputs exactly
-    (about 300 Adam steps, a few seconds on one CPU thread)."""
+    """A one-layer pre-LN Transformer trained on the copy task with the chapters' shared loop
+    (:func:`companion.experiments.training.fit`, 400 Adam steps, a few seconds on one CPU thread); the tests
+    check that it copies held-out inputs exactly."""
     torch.manual_seed(0)
     config = TransformerConfig(src_vocab_size=COPY_VOCAB, tgt_vocab_size=COPY_VOCAB, d_model=32, num_heads=4,
                                num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=32,
                                share_embeddings=True, tie_output=True, norm_first=True)
     model = Transformer(config)
     train = synthetic_pairs("copy", 3000, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=0)
-    valid = synthetic_pairs("copy", 100, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=1)
-    max_steps, warmup = 600, 30
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (max_steps - s) / (max_steps - warmup))))
-    step, epoch = 0, 0
-    while step < max_steps:
-        model.train()
-        for batch in make_batches(train, 400, seed=epoch):
-            loss = F.cross_entropy(model(batch.src, batch.tgt_in).flatten(0, 1), batch.tgt_out.flatten(),
-                                   ignore_index=config.pad_id)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            step += 1
-        epoch += 1
-        model.eval()
-        if step >= 200 and exact_match(model, valid) == 1.0:
-            break
+    max_steps, warmup = 400, 30
+    epochs = itertools.chain.from_iterable(make_batches(train, 400, seed=epoch) for epoch in itertools.count())
+
+    def loss(model: Transformer, batch) -> torch.Tensor:
+        logits = model(batch.src, batch.tgt_in)
+        return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.pad_id)
+
+    fit(model, epochs, loss, max_steps, lr=5e-3, betas=(0.9, 0.98), eps=1e-9,
+        schedule=lambda s: min((s + 1) / warmup, max(0.0, (max_steps - s) / (max_steps - warmup))))
     return model.eval()
