@@ -27,6 +27,7 @@ from typing import TextIO
 
 from .errors import CompanionError, RunError
 from .runs import (
+    DEFAULTS_NOTE,
     EvaluateConfig,
     RunConfig,
     TranslateConfig,
@@ -53,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a Transformer with the paper's recipe (Adam 0.9/0.98/1e-9, warmup + inverse-square-root "
                     "learning rate, label smoothing, dropout). Writes DIR/run.json, DIR/metrics.jsonl (JSON lines) "
                     "and DIR/checkpoints/step_*.pt. Several processes: torchrun --nproc_per_node N -m companion "
-                    "train ...")
+                    "train ...",
+        epilog=DEFAULTS_NOTE)
     add_options(train, RunConfig, suppress_defaults=True)
 
     translate = sub.add_parser(

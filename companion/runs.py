@@ -82,6 +82,18 @@ _PRESET_MODEL_FIELDS = {"d_model": "d_model", "num_heads": "num_heads", "layers"
 # What a run writes into its folder (all that --overwrite deletes).
 RUN_ARTIFACTS = ("run.json", "metrics.jsonl", "checkpoints", "averaged.pt")
 
+# The defaults of `companion train` are the best setting measured on Multi30k with 2 CPU cores
+# (bench/results/multi30k_cpu_de-en.json, written by bench/multi30k.py): preset small, word tokenizer, a
+# checkpoint every minute of a --max-minutes budget, the last 5 averaged.
+DEFAULT_SAVE_EVERY_MINUTES = 1.0
+DEFAULT_AVERAGE_LAST = 5
+DEFAULTS_NOTE = (
+    "Defaults: the best setting measured on Multi30k with 2 CPU cores (bench/results/multi30k_cpu_de-en.json, "
+    "the result the README reports, from a 20-minute run): --preset small, --tokenizer word, and with "
+    "--max-minutes a checkpoint every minute (--save-every-minutes 1) of which the last 5 are averaged into "
+    "DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So 'companion train --src de --tgt en "
+    "--max-minutes 20 --out DIR' runs that setting; every flag given explicitly overrides its default.")
+
 # The largest length-penalty alpha accepted: the paper tuned alpha in [0.6, 1.0]; far above that the penalty
 # ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis.
 MAX_ALPHA = 10.0
@@ -233,9 +245,9 @@ class RunConfig:
     data_dir: str | None = option(
         None, "folder with Multi30k's train/val/test_2016_flickr .en/.de(.gz) files (default: $COMPANION_DATA_DIR, "
         "else the Hugging Face hub bentrevett/multi30k)", metavar="DIR", group="data", resumable=True)
-    tokenizer: str = option("bpe", "word: spaCy words, one vocabulary per language; bpe: byte-pair subwords shared "
-                            "by both languages, as in the paper (default: {default})", choices=["word", "bpe"],
-                            group="data")
+    tokenizer: str = option("word", "word: spaCy words, one vocabulary per language (the measured best on Multi30k, "
+                            "see --help's epilog); bpe: byte-pair subwords shared by both languages, as in the "
+                            "paper (default: {default})", choices=["word", "bpe"], group="data")
     vocab_size: int = option(8000, "size of the shared BPE vocabulary (default: {default})", metavar="N",
                              group="data")
     min_freq: int = option(2, "word tokenizer: words seen fewer times become <unk> (default: {default})",
@@ -306,12 +318,16 @@ class RunConfig:
                                  "process)", metavar="N", group="run", resumable=True)
     bf16: bool = option(True, "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)", flag="--no-bf16",
                         group="run", resumable=True)
-    average_last: int = option(1, "at the end, average the last N checkpoints into DIR/averaged.pt (paper: 5; "
-                               "default: {default} = no averaging)", metavar="N", group="run", resumable=True)
+    average_last: int | None = option(
+        None, f"at the end, average the last N checkpoints into DIR/averaged.pt (paper: 5; default: "
+        f"{DEFAULT_AVERAGE_LAST}, at most --keep-last, when the run writes periodic checkpoints, else 1 = no "
+        "averaging)", metavar="N", group="run", resumable=True)
     save_every: int | None = option(None, "write a checkpoint every STEPS", metavar="STEPS", group="run",
                                     resumable=True)
-    save_every_minutes: float | None = option(None, "write a checkpoint every M minutes (a final one is always "
-                                              "written)", metavar="M", group="run", resumable=True)
+    save_every_minutes: float | None = option(
+        None, f"write a checkpoint every M minutes; a final one is always written (default: "
+        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)", metavar="M",
+        group="run", resumable=True)
     keep_last: int | None = option(5, "keep only the newest N step checkpoints (default: {default})", metavar="N",
                                    group="run", resumable=True)
     eval_every: int | None = option(None, "validation loss every STEPS (default: only at the end)",
@@ -323,7 +339,19 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_choice("--preset", self.preset, list(MODEL_PRESETS))
         self._fill_from_preset()
+        self._fill_checkpoint_defaults()
         self._check()
+
+    def _fill_checkpoint_defaults(self) -> None:
+        """The measured setting (:data:`DEFAULTS_NOTE`): with a time budget a checkpoint every minute, and the
+        last 5 averaged whenever periodic checkpoints are written (an explicit flag always wins)."""
+        if self.save_every_minutes is None and self.save_every is None and isinstance(self.max_minutes, (int, float)):
+            self.save_every_minutes = DEFAULT_SAVE_EVERY_MINUTES
+        self._average_last_chosen = self.average_last is not None  # (not an option: not recorded)
+        if self.average_last is None:
+            periodic = self.save_every is not None or self.save_every_minutes is not None
+            keep = self.keep_last if isinstance(self.keep_last, int) else DEFAULT_AVERAGE_LAST
+            self.average_last = max(1, min(DEFAULT_AVERAGE_LAST, keep)) if periodic else 1
 
     def _fill_from_preset(self) -> None:
         shape, training = MODEL_PRESETS[self.preset], TRAINING_PRESETS[self.preset]
@@ -838,7 +866,7 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
         summary = trainer.train()
         if rank == 0 and config.average_last > 1:
             paths = list_checkpoints(out / "checkpoints")[-config.average_last:]
-            if len(paths) < config.average_last:
+            if len(paths) < config.average_last and getattr(config, "_average_last_chosen", True):
                 warnings.warn(f"--average-last {config.average_last}: the run wrote only {len(paths)} "
                               "checkpoint(s), so averaged.pt averages those; write more with --save-every or "
                               "--save-every-minutes", stacklevel=2)

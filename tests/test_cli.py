@@ -154,7 +154,8 @@ def test_translate_and_evaluate_refuse_bad_checkpoints(tmp_path, capsys):
 def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypatch):
     out = tmp_path / "de-en"
     code = main(["train", "--preset", "tiny", "--src", "de", "--tgt", "en", "--data-dir", str(DATA),
-                 "--limit-train", "2000", "--vocab-size", "1000", "--max-steps", "4", "--out", str(out),
+                 "--limit-train", "2000", "--tokenizer", "bpe", "--vocab-size", "1000", "--max-steps", "4",
+                 "--out", str(out),
                  "--no-progress", "--device", "cpu", "--threads", "1", "--average-last", "2", "--save-every", "2"])
     assert code == 0
     assert "de->en" in capsys.readouterr().out
@@ -308,7 +309,7 @@ def test_presets_are_one_table_shared_by_the_cli_and_the_model():
 
     assert list(MODEL_PRESETS) == list(TRAINING_PRESETS) == ["tiny", "small", "base", "big"]
     for name in MODEL_PRESETS:
-        config = RunConfig(preset=name, max_steps=1).model_config(37000, 37000)
+        config = RunConfig(preset=name, max_steps=1, tokenizer="bpe").model_config(37000, 37000)
         assert config == TransformerConfig.from_preset(name, 37000, 37000, max_len=256)
         assert RunConfig(preset=name, max_steps=1).max_tokens == TRAINING_PRESETS[name]["max_tokens"]
     assert TransformerConfig.base(37000, 37000) == TransformerConfig.from_preset("base", 37000, 37000)

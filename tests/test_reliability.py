@@ -603,3 +603,46 @@ def test_main_reports_only_the_packages_own_errors(tmp_path, monkeypatch, capsys
     with pytest.raises(ValueError, match="a bug"):  # a traceback, not "error:" with exit 2
         main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
     assert "error:" not in capsys.readouterr().err
+
+
+# ========================================================================================================
+# Defaults a user meets
+# ========================================================================================================
+MEASURED_SETTINGS = ("preset", "tokenizer", "min_freq", "average_last", "keep_last", "save_every_minutes",
+                     "d_model", "num_heads", "layers", "d_ff", "norm_first", "max_tokens", "warmup", "lr_factor")
+
+
+def test_the_shortest_command_trains_the_measured_setting():
+    from pathlib import Path
+
+    from companion.cli import build_parser
+    from companion.runs import option_fields
+
+    bench = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" / "multi30k_cpu_de-en.json")
+                       .read_text(encoding="utf-8"))
+    measured = bench["results"]["de-en"]["config"]
+    args = build_parser().parse_args(["train", "--src", "de", "--tgt", "en", "--max-minutes", "12", "--out", "run"])
+    names = {f.name for f in option_fields(RunConfig)}
+    config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    assert {name: getattr(config, name) for name in MEASURED_SETTINGS} == {name: measured[name]
+                                                                          for name in MEASURED_SETTINGS}
+
+
+def test_explicit_flags_beat_the_defaults():
+    assert RunConfig(max_minutes=3, tokenizer="bpe").tokenizer == "bpe"
+    timed = RunConfig(max_minutes=3, save_every=50)
+    assert (timed.save_every_minutes, timed.average_last) == (None, 5)
+    assert RunConfig(max_minutes=3, average_last=1).average_last == 1
+    assert RunConfig(max_minutes=3, keep_last=2).average_last == 2  # never more than are kept
+    assert RunConfig(max_minutes=3, save_every_minutes=0.5).save_every_minutes == 0.5
+    by_steps = RunConfig(max_steps=10)  # no time budget: no periodic checkpoints, nothing to average
+    assert (by_steps.save_every_minutes, by_steps.average_last) == (None, 1)
+
+
+def test_train_help_says_what_the_defaults_are_and_why(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Defaults: the best setting measured on Multi30k" in text
+    assert "bench/results/multi30k_cpu_de-en.json" in text
+    assert "--tokenizer word" in text and "--save-every-minutes 1" in text and "--average-last 5" in text
