@@ -80,6 +80,9 @@ clean:
 LAB_SETTINGS := --LabApp.app_settings_dir=$(CURDIR)/binder/jupyterlab
 LAB_ARGS ?=
 lab: install
+	@# Jupytext will not open a .md older than its paired, differing .ipynb (execute_chapters.py writes the .ipynb
+	@# last); the .md is the source and the .ipynb only adds outputs, so mark the .md files as the newer ones.
+	touch $(wildcard book/[0-9][0-9]_*.md)
 	$(BIN)/jupyter lab $(LAB_SETTINGS) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 ## make colab-check: an environment with Colab's versions of the packages that matter (colab/packages.txt, and

@@ -112,12 +112,22 @@ class LabServer:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """The server, rooted in a copy of jupytext.toml and one chapter (.md and .ipynb)."""
+    """The server, rooted in a copy of jupytext.toml and one chapter (.md and .ipynb) as `tools/execute_chapters.py`
+    leaves them: the .ipynb written last, so newer than the .md. Jupytext refuses to open a .md whose paired
+    .ipynb is newer and differs from it (the .ipynb's metadata names its formats, the .md's header does not), so
+    `make lab` first touches every chapter's .md (the .md is the source; the .ipynb only adds outputs); so does
+    this fixture."""
     root = tmp_path_factory.mktemp("lab")
     (root / "book").mkdir()
     shutil.copy(ROOT / "jupytext.toml", root / "jupytext.toml")
     for suffix in (".md", ".ipynb"):
         shutil.copy(ROOT / (CHAPTER + suffix), root / (CHAPTER + suffix))
+    md, ipynb = root / (CHAPTER + ".md"), root / (CHAPTER + ".ipynb")
+    now = time.time()
+    os.utime(md, (now - 120, now - 120))  # as after execute_chapters.py: the .ipynb written after the .md
+    os.utime(ipynb, (now - 60, now - 60))
+    for chapter in root.glob("book/[0-9][0-9]_*.md"):  # what `make lab` does before starting JupyterLab
+        chapter.touch()
     server = LabServer(root, tmp_path_factory.mktemp("lab-log") / "server.log")
     try:
         server.wait_until_ready()
