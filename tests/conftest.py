@@ -68,3 +68,12 @@ def random_tokens(batch: int, length: int, vocab_size: int, low: int = 1) -> tor
 def tokens() -> Callable[..., torch.Tensor]:
     """Factory ``tokens(batch, length, vocab_size, low=1)`` for random non-pad token ids."""
     return random_tokens
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Everything under tests/integration/ and tests/book/ is slow by nature (subprocesses, builds, servers):
+    mark it, so that ``make unit`` (``-m "not slow"``) stays the fast loop."""
+    for item in items:
+        parts = item.path.parts
+        if "integration" in parts or ("book" in parts and "tests" in parts):
+            item.add_marker(pytest.mark.slow)
