@@ -550,9 +550,11 @@ class Trainer:
         return float(norm)
 
     def _parameters_finite(self) -> bool:
-        """Whether every parameter holds finite values only (one host sync)."""
-        checks = [torch.isfinite(p.detach()).all() for p in self.model.parameters()]
-        return bool(torch.stack(checks).all()) if checks else True
+        """Whether the parameters' global norm is finite: False if any holds inf or nan (or values so large that
+        the norm overflows, ~1e38, which no working model has). One fused reduction and one host sync, several
+        times cheaper than testing every element with ``isfinite``."""
+        params = [p.detach() for p in self.model.parameters()]
+        return bool(torch.isfinite(nn.utils.get_total_norm(params))) if params else True
 
     def _latest_checkpoint_note(self) -> str:
         """Names the newest checkpoint that loads and is finite (verified, not just the newest file)."""
