@@ -88,15 +88,16 @@ lab: install
 ## make colab-check: an environment with Colab's versions of the packages that matter (colab/packages.txt, and
 ## COLAB_TORCH for torch), the chapters' Colab cell run in it as Colab runs it, a check that the install changed
 ## none of those versions, then every chapter's imports and widgets executed there (see colab/README.md).
-COLAB_PYTHON ?= python3.11
-COLAB_TORCH ?= torch==2.13.0
+## COLAB_PYTHON and COLAB_TORCH default to PYTHON and TORCH_SPEC (CI: the local CPU wheel torch==2.13.0).
+COLAB_PYTHON ?= $(PYTHON)
+COLAB_TORCH ?= $(TORCH_SPEC)
 COLAB_VENV ?= colab/.venv
 
 $(COLAB_VENV)/.installed: colab/packages.txt
 	rm -rf $(COLAB_VENV)
 	$(COLAB_PYTHON) -m venv $(COLAB_VENV)
 	$(COLAB_VENV)/bin/python -m pip install --quiet "$$(grep '^pip==' colab/packages.txt)"
-	$(COLAB_VENV)/bin/python -m pip install --quiet "$(COLAB_TORCH)"
+	$(COLAB_VENV)/bin/python -m pip install --quiet "$(COLAB_TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(COLAB_VENV)/bin/python -m pip install --quiet --no-deps -r colab/packages.txt
 	$(COLAB_VENV)/bin/python -m pip list --format json > $(COLAB_VENV)/base-packages.json
 	touch $@
