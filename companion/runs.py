@@ -392,6 +392,7 @@ class RunConfig:
             self.data_dir = str(self.data_dir)
         if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
             raise ConfigError("set a limit: --max-steps, --max-minutes and/or --max-epochs")
+        assert self.average_last is not None  # filled by _fill_checkpoint_defaults
         if self.keep_last is not None and self.average_last > self.keep_last:
             raise ConfigError(f"--average-last {self.average_last} averages more checkpoints than --keep-last "
                               f"{self.keep_last} keeps; raise --keep-last to at least {self.average_last}")
@@ -864,10 +865,11 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
                   f"batches/epoch={len(data.train_batches)} device={trainer.device} world_size={world_size}"
                   + (f" resumed at step {trainer.state.step}" if resume_from else ""), file=stream, flush=True)
         summary = trainer.train()
-        if rank == 0 and config.average_last > 1:
-            paths = list_checkpoints(out / "checkpoints")[-config.average_last:]
-            if len(paths) < config.average_last and getattr(config, "_average_last_chosen", True):
-                warnings.warn(f"--average-last {config.average_last}: the run wrote only {len(paths)} "
+        average_last = config.average_last or 1
+        if rank == 0 and average_last > 1:
+            paths = list_checkpoints(out / "checkpoints")[-average_last:]
+            if len(paths) < average_last and getattr(config, "_average_last_chosen", True):
+                warnings.warn(f"--average-last {average_last}: the run wrote only {len(paths)} "
                               "checkpoint(s), so averaged.pt averages those; write more with --save-every or "
                               "--save-every-minutes", stacklevel=2)
             averaged = average_checkpoints(paths)
