@@ -274,6 +274,7 @@ with RunFolderLock(sys.argv[1]):
 """
 
 
+@pytest.mark.slow  # a second Python process
 def test_a_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_over(tmp_path, capsys):
     import subprocess
     import sys
@@ -411,6 +412,14 @@ def test_resume_with_other_data_is_refused_and_with_the_same_data_elsewhere_allo
 # ========================================================================================================
 # Low
 # ========================================================================================================
+def test_out_under_a_file_or_being_a_file_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    assert main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "a_file" / "run")]) == 2
+    assert "cannot create the folder (Not a directory)" in capsys.readouterr().err
+    assert main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "a_file")]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+
+
 def test_an_unwritable_out_folder_is_a_clear_error(tmp_path, monkeypatch, capsys):
     import errno
     import os
