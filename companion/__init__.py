@@ -54,9 +54,12 @@ from .errors import (
     CompanionError,
     DataUnavailableError,
     ConfigError,
+    DataError,
     DeviceUnavailableError,
+    NonFiniteOutputError,
     PretrainedUnavailableError,
     RunError,
+    RunLockedError,
     TrainingDivergedError,
 )
 from .evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
@@ -96,7 +99,8 @@ __all__ = [
     "corpus_bleu", "corpus_chrf", "perplexity", "evaluate_translation",
     # errors
     "CompanionError", "CheckpointError", "DataUnavailableError", "DeviceUnavailableError",
-    "TrainingDivergedError", "RunError", "ConfigError", "PretrainedUnavailableError",
+    "TrainingDivergedError", "RunError", "RunLockedError", "ConfigError", "DataError", "NonFiniteOutputError",
+    "PretrainedUnavailableError",
     "__version__",
 ]
 
