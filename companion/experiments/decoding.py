@@ -16,8 +16,8 @@ Shapes: ``src [batch, n]`` right-padded source ids; ``k`` the beam size; ``V`` t
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ __all__ = [
     "top_k_filter",
     "cache_nbytes",
     "length_sorted_batches",
+    "score_corpus",
     "kv_cache_bytes",
 ]
 
@@ -58,7 +59,7 @@ class Finished:
 
     def score(self, alpha: float) -> float:
         """The beam's ranking score ``log_prob / lp(length)`` with GNMT's penalty ``((5 + length) / 6) ** alpha``."""
-        return self.log_prob / length_penalty(self.length, alpha)
+        return self.log_prob / float(length_penalty(self.length, alpha))
 
 
 @dataclass
@@ -424,15 +425,3 @@ def score_corpus(model: Transformer, sources: Sequence[Sequence[int]], hypothese
             scores[i] = value
     return scores
 
-
-__all__.append("score_corpus")
-
-
-def timed(function: Callable[[], object]) -> tuple[object, float]:
-    """``(function(), seconds)``: a small helper for the chapter's timing cells."""
-    start = time.perf_counter()
-    result = function()
-    return result, time.perf_counter() - start
-
-
-__all__.append("timed")
