@@ -42,7 +42,7 @@ _REPOSITORY_RAW = "https://github.com/attention-executed/attention-executed/raw/
 PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {
         "file": "de-en-small.pt",
-        "sha256": "",  # filled in by tools/make_pretrained.py
+        "sha256": "54bad05f4fd25d336f792e7b9b990454da5ea493070633d00b8b56c4c1ac8ce5",  # filled in by tools/make_pretrained.py
         "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
 }
