@@ -1,15 +1,15 @@
 """The Colab path, checked in an environment with Colab's package versions (`make colab-check`).
 
-`make colab-check` builds the environment once (colab/.venv: Colab's pins from colab/packages.txt with the local
-CPU torch wheel) and runs this file with the main environment's pytest; ``COLAB_ENV_PYTHON`` names the
-environment's interpreter. The tests
+`make colab-check` builds the environment once (colab/.venv: Colab's pins from colab/packages.txt with
+COLAB_TORCH, in CI the local CPU torch wheel) and runs this file with the main environment's pytest;
+``COLAB_ENV_PYTHON`` names the environment's interpreter. The tests
 
 1. run the chapters' Colab cell (tools/colab_cell.py) in that environment's IPython, as Colab runs it, against a
    local clone of this repository's HEAD, and check that its ``%pip install`` changed the version of no package
    the environment had, and added only packages Colab lacks;
-2. execute, with the environment's own kernel, ipywidgets and nbclient, every chapter's setup and widget cells
-   (with the earlier cells those need: colab/cells.py), moving every control of every widget once, and one whole
-   chapter (WHOLE_CHAPTER).
+2. execute, with the environment's own kernel, IPython, ipywidgets and jupyter_client (colab/run_notebook.py),
+   every chapter's setup and widget cells (with the earlier cells those need: colab/cells.py), moving every
+   control of every widget once, and one whole chapter (WHOLE_CHAPTER), JOBS chapters at a time.
 
 After the run the installed packages are removed again, so the cached environment stays Colab's.
 """
@@ -34,7 +34,8 @@ sys.path.insert(0, str(HERE))
 import cells  # noqa: E402
 import colab_cell  # noqa: E402
 
-# The longest chapter that runs whole in about two minutes on 2 shared CPU cores (chapter 6 trains for ~7 min).
+# The longest chapter that runs whole in under two minutes on 2 shared CPU cores (81 s; the training chapter
+# takes about 7 min; see the README for the measured times).
 WHOLE_CHAPTER = "01_history"
 CELL_TIMEOUT_S = 600
 JOBS = int(os.environ.get("COLAB_CHECK_JOBS", "2"))  # chapters executed side by side
