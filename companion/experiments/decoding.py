@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .._validation import check_positive_int, check_token_ids
 from ..data import BOS_ID, EOS_ID, pad_sequences
-from ..decode import length_penalty, max_output_lengths, score_hypotheses
+from ..decode import length_penalty, max_output_lengths, record_greedy_step, score_hypotheses
 from ..model import Transformer, eval_mode
 
 __all__ = [
@@ -392,13 +392,7 @@ def sample_decode(model: Transformer, src: torch.Tensor, *, temperature: float =
             logits[:, bos_id] = float("-inf")
             probs = torch.softmax(top_k_filter(logits / temperature, top_k), dim=-1)
             tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # [rows]
-            keep = []
-            for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
-                if token == eos_id:
-                    continue
-                outputs[sentence].append(token)
-                if len(outputs[sentence]) < limits[sentence]:
-                    keep.append(row)
+            keep = record_greedy_step(tokens, running, outputs, limits, eos_id)  # the same bookkeeping as greedy
             if len(keep) < len(running):  # finished rows leave the batch, as in greedy_decode
                 index = torch.tensor(keep, dtype=torch.long)
                 cache.reorder(index)
