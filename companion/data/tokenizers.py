@@ -65,7 +65,7 @@ class Tokenizer:
         """JSON-serialisable description from which :func:`tokenizer_from_dict` rebuilds this tokenizer."""
         raise NotImplementedError
 
-    def _content_ids(self, ids: Sequence[int]) -> list[int]:
+    def _content_ids(self, ids: Sequence[int] | torch.Tensor) -> list[int]:
         """The ids up to the first ``<eos>``, without ``<pad>``/``<bos>``; checks the id range."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
