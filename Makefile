@@ -4,14 +4,14 @@
 #
 # Variables:
 #   PYTHON      interpreter that creates the virtual environment (default: python3, needs >= 3.10)
-#   TORCH_SPEC  how torch is installed first (default "torch>=2.3"; CI uses the local CPU wheel "torch==2.13.0")
+#   TORCH_SPEC  how torch is installed first (default "torch>=2.6"; CI uses the local CPU wheel "torch==2.13.0")
 #   TORCH_INDEX optional package index for torch, e.g. https://download.pytorch.org/whl/cpu for a CPU-only build
 #   COMPANION_DATA_DIR  folder with the Multi30k files; defaults to ../shared/data/multi30k when that exists,
 #               otherwise chapters and tests load Multi30k from the Hugging Face hub (or skip when offline).
 
 PYTHON ?= python3
 VENV ?= .venv
-TORCH_SPEC ?= torch>=2.3
+TORCH_SPEC ?= torch>=2.6
 TORCH_INDEX ?=
 BIN := $(VENV)/bin
 COMPANION_DATA_DIR ?= $(abspath $(wildcard ../shared/data/multi30k))
@@ -25,7 +25,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 BOOK_BUILD := $(BIN)/jupyter-book build -W -n --keep-going .
 
-.PHONY: install book execute site test unit-and-notebooks website-tests chromium clean
+.PHONY: install book execute site test unit lint unit-and-notebooks website-tests chromium clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 is required"'
@@ -46,7 +46,17 @@ execute: install
 
 ## make test: every test. Chapters are executed once, by nbval; the website then shows those verified outputs,
 ## and a headless browser opens every page of it.
-test: install unit-and-notebooks site website-tests colab-check
+test: install lint unit-and-notebooks site website-tests colab-check
+
+## make unit: the package's fast tests only (no chapters, nothing marked slow): the loop to run while editing.
+unit: install
+	$(BIN)/python -m pytest tests -m "not slow" --ignore=tests/website -p no:cacheprovider -q
+
+## make lint: ruff (lint and format check) and mypy over the package.
+lint: install
+	$(BIN)/ruff check companion bench tools tests
+	$(BIN)/ruff format --check companion bench tools tests
+	$(BIN)/mypy
 
 unit-and-notebooks: install
 	$(BIN)/python -m pytest tests book/[0-9][0-9]_*.ipynb --ignore=tests/website --nbval --nbval-current-env \
