@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 DISTRIBUTION = "attention-executed"  # tests below check it is what pyproject.toml says

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "multi30k_gpu.py"
 WORDS_EN = ["a", "man", "woman", "dog", "runs", "sits", "on", "the", "red", "blue", "street", "grass"]
 WORDS_DE = ["ein", "mann", "frau", "hund", "läuft", "sitzt", "auf", "der", "roten", "blauen", "straße", "wiese"]

@@ -15,7 +15,7 @@ import companion
 from companion.data import make_batches, synthetic_pairs
 from companion.experiments import assembled as exp
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -283,7 +283,7 @@ def test_a_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_
     out = tmp_path / "run"
     out.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:
         assert holder.stdout.readline().strip() == "locked"  # waits for the other process, not for a clock
         assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
@@ -627,7 +627,7 @@ def test_the_shortest_command_trains_the_measured_setting():
     from companion.cli import build_parser
     from companion.runs import option_fields
 
-    bench = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" / "multi30k_cpu_de-en.json")
+    bench = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "multi30k_cpu_de-en.json")
                        .read_text(encoding="utf-8"))
     measured = bench["results"]["de-en"]["config"]
     args = build_parser().parse_args(["train", "--src", "de", "--tgt", "en", "--max-minutes", "12", "--out", "run"])

@@ -25,7 +25,7 @@ import jupytext
 import nbformat
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTER = "book/00_conventions"  # the shortest chapter: three code cells
 LAB_SETTINGS = ROOT / "binder" / "jupyterlab"  # what `make lab` passes as --LabApp.app_settings_dir
 SERVER_START_TIMEOUT_S = 120

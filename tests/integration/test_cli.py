@@ -22,7 +22,7 @@ from companion.errors import ConfigError, RunError
 from companion.runs import RunConfig, add_options, option
 from companion.train import TrainConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def multi30k_dir() -> Path | None:

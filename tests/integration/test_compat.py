@@ -5,6 +5,7 @@ continues the recorded run to the same numbers."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import shutil
 from pathlib import Path
@@ -17,10 +18,7 @@ from companion.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
-DATA = Path("/work/shared/data/multi30k")
-for _candidate in (Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k",):
-    if (_candidate / "train.de.gz").is_file():
-        DATA = _candidate
+DATA = Path(os.environ.get("COMPANION_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k")
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from companion import pretrained
 from companion.checkpoint import save_checkpoint
 from companion.data import WordTokenizer
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "pretrained" / "de-en-small.pt"
 
 

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import companion
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
 from flops import training_flops_parts  # noqa: E402
 
 

@@ -30,7 +30,7 @@ from companion.data import (
     tokenizer_from_dict,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENGLISH = [
     "Two young, White males are outside near many bushes.",
     "A man's dog runs (fast) toward the T-shirt.",
