@@ -54,8 +54,8 @@ unit: install
 
 ## make lint: ruff (lint and format check) and mypy over the package.
 lint: install
-	$(BIN)/ruff check companion bench tools tests
-	$(BIN)/ruff format --check companion bench tools tests
+	$(BIN)/ruff check companion bench tools tests colab
+	$(BIN)/ruff format --check companion bench tools tests colab
 	$(BIN)/mypy
 
 unit-and-notebooks: install

@@ -78,7 +78,7 @@ def flatten(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 def unflatten(flat: torch.Tensor, offsets: torch.Tensor) -> list[list[int]]:
     """Inverse of :func:`flatten`."""
     ids, bounds = flat.tolist(), offsets.tolist()
-    return [ids[bounds[i]:bounds[i + 1]] for i in range(len(bounds) - 1)]
+    return [ids[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
 def learning_curve(run_dir: pathlib.Path) -> dict[str, list]:
@@ -86,6 +86,10 @@ def learning_curve(run_dir: pathlib.Path) -> dict[str, list]:
     over the last logging interval, dropout on) and learning rate."""
     lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     train = [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "train"]
-    return {"train_minutes": [round(r["train_seconds"] / 60, 3) for r in train], "step": [r["step"] for r in train],
-            "epoch": [round(r["epoch"], 3) for r in train], "nll": [round(r["nll"], 4) for r in train],
-            "lr": [r["lr"] for r in train]}
+    return {
+        "train_minutes": [round(r["train_seconds"] / 60, 3) for r in train],
+        "step": [r["step"] for r in train],
+        "epoch": [round(r["epoch"], 3) for r in train],
+        "nll": [round(r["nll"], 4) for r in train],
+        "lr": [r["lr"] for r in train],
+    }

@@ -40,15 +40,28 @@ class TorchTransformer(nn.Module):
         self.tgt_embed = self.src_embed if config.share_embeddings else nn.Embedding(config.tgt_vocab_size, d)
         self.src_pos = companion.PositionalEncoding(d, config.max_len, config.dropout)
         self.tgt_pos = companion.PositionalEncoding(d, config.max_len, config.dropout)
-        layer_args = dict(d_model=d, nhead=h, dim_feedforward=config.d_ff, dropout=config.dropout,
-                          batch_first=True, norm_first=config.norm_first, layer_norm_eps=config.layer_norm_eps)
+        layer_args = dict(
+            d_model=d,
+            nhead=h,
+            dim_feedforward=config.d_ff,
+            dropout=config.dropout,
+            batch_first=True,
+            norm_first=config.norm_first,
+            layer_norm_eps=config.layer_norm_eps,
+        )
         final_norm = (lambda: nn.LayerNorm(d, eps=config.layer_norm_eps)) if config.norm_first else (lambda: None)
-        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer_args), config.num_encoder_layers,
-                                        norm=final_norm(), enable_nested_tensor=False)
-        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer_args), config.num_decoder_layers,
-                                        norm=final_norm())
-        self.transformer = nn.Transformer(d_model=d, nhead=h, custom_encoder=encoder, custom_decoder=decoder,
-                                          batch_first=True)
+        encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(**layer_args),
+            config.num_encoder_layers,
+            norm=final_norm(),
+            enable_nested_tensor=False,
+        )
+        decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(**layer_args), config.num_decoder_layers, norm=final_norm()
+        )
+        self.transformer = nn.Transformer(
+            d_model=d, nhead=h, custom_encoder=encoder, custom_decoder=decoder, batch_first=True
+        )
         self.generator = nn.Linear(d, config.tgt_vocab_size, bias=not config.tie_output)
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight
@@ -58,9 +71,12 @@ class TorchTransformer(nn.Module):
         src_pad = src == self.config.pad_id  # nn.Transformer: True = ignore this key
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
         hidden = self.transformer(
-            self.src_pos(self.src_embed(src) * scale), self.tgt_pos(self.tgt_embed(tgt) * scale),
-            tgt_mask=causal, tgt_is_causal=True,
-            src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
+            self.src_pos(self.src_embed(src) * scale),
+            self.tgt_pos(self.tgt_embed(tgt) * scale),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad,
         )
         return self.generator(hidden)
 
@@ -105,8 +121,16 @@ def main() -> None:
 
     batches, src_vocab, tgt_vocab = real_batches(args)
     config = companion.TransformerConfig(
-        src_vocab, tgt_vocab, d_model=args.d_model, num_heads=args.heads, num_encoder_layers=args.layers,
-        num_decoder_layers=args.layers, d_ff=args.d_ff, dropout=0.1, attention_dropout=0.1, ffn_dropout=0.1,
+        src_vocab,
+        tgt_vocab,
+        d_model=args.d_model,
+        num_heads=args.heads,
+        num_encoder_layers=args.layers,
+        num_decoder_layers=args.layers,
+        d_ff=args.d_ff,
+        dropout=0.1,
+        attention_dropout=0.1,
+        ffn_dropout=0.1,
         tie_output=True,
     )
     torch.manual_seed(0)
@@ -119,8 +143,9 @@ def main() -> None:
     models["companion_separate_qkv"] = separate
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
     assert counts["companion"] == counts["pytorch"], f"structures differ: {counts}"
-    optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-                  for name, m in models.items()}
+    optimizers = {
+        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9) for name, m in models.items()
+    }
 
     def train_round(name):
         models[name].train()
@@ -136,35 +161,42 @@ def main() -> None:
         eval_round(name)
     times = {kind: {name: [] for name in models} for kind in ("train", "eval")}
     for r in range(args.rounds):
-        order = list(models)[r % len(models):] + list(models)[:r % len(models)]  # rotate the order
+        order = list(models)[r % len(models) :] + list(models)[: r % len(models)]  # rotate the order
         for name in order:
             times["train"][name].append(train_round(name))
         for name in order:
             times["eval"][name].append(eval_round(name))
     ratios = {kind: [c / p for c, p in zip(t["companion"], t["pytorch"])] for kind, t in times.items()}
     summary = {kind: statistics.median(r) for kind, r in ratios.items()}
-    fused = {kind: statistics.median(c / s for c, s in zip(t["companion"], t["companion_separate_qkv"]))
-             for kind, t in times.items()}
+    fused = {
+        kind: statistics.median(c / s for c, s in zip(t["companion"], t["companion_separate_qkv"]))
+        for kind, t in times.items()
+    }
     tokens = sum(b.num_src_tokens + b.num_tgt_tokens for b in batches)
     for kind in ("train", "eval"):
-        print(f"{kind:5s}: companion/pytorch median ratio {summary[kind]:.3f} "
-              f"(companion {statistics.median(times[kind]['companion']):.3f} s, "
-              f"pytorch {statistics.median(times[kind]['pytorch']):.3f} s per round of {len(batches)} batches); "
-              f"fused/separate QKV {fused[kind]:.3f}")
-    path = write_results("cpu_vs_pytorch", {
-        "config": config.to_dict(),
-        "parameters": counts["companion"],
-        "batches": len(batches),
-        "real_tokens_per_round": tokens,
-        "max_tokens": args.max_tokens,
-        "rounds": args.rounds,
-        "seconds_per_round": times,
-        "ratios": ratios,
-        "median_ratio": summary,
-        "median_ratio_fused_vs_separate_qkv": fused,
-        "targets": {"train": 1.05, "eval": 1.05},
-        "meets_targets": {k: summary[k] <= 1.05 for k in summary},
-    })
+        print(
+            f"{kind:5s}: companion/pytorch median ratio {summary[kind]:.3f} "
+            f"(companion {statistics.median(times[kind]['companion']):.3f} s, "
+            f"pytorch {statistics.median(times[kind]['pytorch']):.3f} s per round of {len(batches)} batches); "
+            f"fused/separate QKV {fused[kind]:.3f}"
+        )
+    path = write_results(
+        "cpu_vs_pytorch",
+        {
+            "config": config.to_dict(),
+            "parameters": counts["companion"],
+            "batches": len(batches),
+            "real_tokens_per_round": tokens,
+            "max_tokens": args.max_tokens,
+            "rounds": args.rounds,
+            "seconds_per_round": times,
+            "ratios": ratios,
+            "median_ratio": summary,
+            "median_ratio_fused_vs_separate_qkv": fused,
+            "targets": {"train": 1.05, "eval": 1.05},
+            "meets_targets": {k: summary[k] <= 1.05 for k in summary},
+        },
+    )
     print(f"wrote {path}")
 
 

@@ -3,9 +3,9 @@
     python bench/decode_speed.py --checkpoint bench/runs/multi30k-de-en/averaged.pt [--sentences 1000] [--rounds 7]
 
 Translates the test_2016_flickr sources (the checkpoint's direction) in length-sorted batches of
-each of ``--batch-sizes`` with ``companion.greedy_decode`` (incremental decoding: each step feeds one token and reuses the
-cached keys/values) and with the loop a plain ``nn.Transformer`` user writes: re-run the decoder over the whole
-prefix each step and apply the output layer to the last position. Both pick tokens with the same rule, so the
+each of ``--batch-sizes`` with ``companion.greedy_decode`` (incremental decoding: each step feeds one token and
+reuses the cached keys/values) and with the loop a plain ``nn.Transformer`` user writes: re-run the decoder over
+the whole prefix each step and apply the output layer to the last position. Both pick tokens with the same rule, so the
 outputs must be identical (asserted). The two are timed in alternating order for ``--rounds`` rounds; the machine
 is shared, so the script reports the median of the per-round ratios. Then it measures beam search (beam 4,
 alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
@@ -75,7 +75,7 @@ def greedy_recompute(model, src: torch.Tensor, max_extra_len: int = 50) -> list[
 def batches(ids: list[list[int]], size: int, pad_id: int):
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
     for start in range(0, len(order), size):
-        chunk = order[start:start + size]
+        chunk = order[start : start + size]
         width = max(len(ids[i]) for i in chunk)
         yield chunk, torch.tensor([ids[i] + [pad_id] * (width - len(ids[i])) for i in chunk])
 
@@ -101,20 +101,29 @@ def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int)
         assert cached == recomputed, "cached and recomputed greedy decoding must produce the same tokens"
         cached_times.append(cached_s)
         recompute_times.append(recompute_s)
-        print(f"batch {batch_size}, round {len(cached_times)}: cached {cached_s:.2f} s, recompute {recompute_s:.2f} s "
-              f"-> {recompute_s / cached_s:.2f}x", flush=True)
+        print(
+            f"batch {batch_size}, round {len(cached_times)}: cached {cached_s:.2f} s, recompute {recompute_s:.2f} s "
+            f"-> {recompute_s / cached_s:.2f}x",
+            flush=True,
+        )
     ratios = [r / c for r, c in zip(recompute_times, cached_times)]
     beam_s, _ = timed_decode(lambda s: beam_search(model, s, beam_size=4, alpha=0.6), ids, batch_size, pad)
     result = {
         "output_tokens": sum(len(o) for o in cached),
-        "greedy_cached_seconds": statistics.median(cached_times), "greedy_cached_seconds_per_round": cached_times,
+        "greedy_cached_seconds": statistics.median(cached_times),
+        "greedy_cached_seconds_per_round": cached_times,
         "greedy_recompute_seconds": statistics.median(recompute_times),
-        "greedy_recompute_seconds_per_round": recompute_times, "ratio_per_round": ratios,
-        "speedup": statistics.median(ratios), "beam4_seconds": beam_s, "beam4_sentences_per_second": len(ids) / beam_s,
+        "greedy_recompute_seconds_per_round": recompute_times,
+        "ratio_per_round": ratios,
+        "speedup": statistics.median(ratios),
+        "beam4_seconds": beam_s,
+        "beam4_sentences_per_second": len(ids) / beam_s,
     }
-    print(f"batch {batch_size}: {len(ids)} sentences ({result['output_tokens']} output tokens), median cached "
-          f"{result['greedy_cached_seconds']:.2f} s, recompute {result['greedy_recompute_seconds']:.2f} s, "
-          f"median ratio {result['speedup']:.2f}x; beam 4: {result['beam4_sentences_per_second']:.1f} sentences/s")
+    print(
+        f"batch {batch_size}: {len(ids)} sentences ({result['output_tokens']} output tokens), median cached "
+        f"{result['greedy_cached_seconds']:.2f} s, recompute {result['greedy_recompute_seconds']:.2f} s, "
+        f"median ratio {result['speedup']:.2f}x; beam 4: {result['beam4_sentences_per_second']:.1f} sentences/s"
+    )
     return result
 
 
@@ -122,8 +131,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=pathlib.Path, required=True)
     parser.add_argument("--sentences", type=int, default=1000, help="test sentences to translate (default all)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 64, 256],
-                        help="sentences per batch, each measured (default 16 64 256; the largest is the headline)")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256],
+        help="sentences per batch, each measured (default 16 64 256; the largest is the headline)",
+    )
     parser.add_argument("--rounds", type=int, default=7, help="alternating timing rounds (default 7)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args()
@@ -139,16 +153,27 @@ def main() -> None:
 
     by_batch = {size: measure(model, ids, size, pad, args.rounds) for size in args.batch_sizes}
     headline = by_batch[max(args.batch_sizes)]
-    path = write_results("decode_speed", {
-        "checkpoint": str(args.checkpoint), "direction": f"{src_lang}-{tgt_lang}", "sentences": len(ids),
-        "output_tokens": headline["output_tokens"], "config": model.config.to_dict(),
-        "parameters": model.num_parameters(), "rounds": args.rounds, "torch_threads": torch.get_num_threads(),
-        "baseline": "decoder over the whole prefix each step, output layer on the last position only",
-        "identical_outputs": True, "by_batch_size": {str(size): r for size, r in by_batch.items()},
-        # the headline: the largest batch, the setting one would use to translate a test set
-        "batch_size": max(args.batch_sizes), **{k: v for k, v in headline.items() if not k.endswith("per_round")},
-        "target_speedup": 2.0, "meets_target": headline["speedup"] >= 2.0,
-    })
+    path = write_results(
+        "decode_speed",
+        {
+            "checkpoint": str(args.checkpoint),
+            "direction": f"{src_lang}-{tgt_lang}",
+            "sentences": len(ids),
+            "output_tokens": headline["output_tokens"],
+            "config": model.config.to_dict(),
+            "parameters": model.num_parameters(),
+            "rounds": args.rounds,
+            "torch_threads": torch.get_num_threads(),
+            "baseline": "decoder over the whole prefix each step, output layer on the last position only",
+            "identical_outputs": True,
+            "by_batch_size": {str(size): r for size, r in by_batch.items()},
+            # the headline: the largest batch, the setting one would use to translate a test set
+            "batch_size": max(args.batch_sizes),
+            **{k: v for k, v in headline.items() if not k.endswith("per_round")},
+            "target_speedup": 2.0,
+            "meets_target": headline["speedup"] >= 2.0,
+        },
+    )
     print(f"wrote {path}")
 
 

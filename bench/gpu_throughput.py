@@ -35,8 +35,9 @@ from companion.train import label_smoothed_loss, noam_lr  # noqa: E402
 
 def load_pairs(path: pathlib.Path) -> tuple[list[tuple[list[int], list[int]]], int]:
     data = torch.load(path, weights_only=True)
-    pairs = list(zip(unflatten(data["src_flat"], data["src_offsets"]),
-                     unflatten(data["tgt_flat"], data["tgt_offsets"])))
+    pairs = list(
+        zip(unflatten(data["src_flat"], data["src_offsets"]), unflatten(data["tgt_flat"], data["tgt_offsets"]))
+    )
     return pairs, int(data["vocab_size"])
 
 
@@ -48,9 +49,16 @@ def sdpa_backend(model, batch, device) -> str:
     with profile(activities=activities) as prof, torch.no_grad(), autocast(device):
         model(batch.src, batch.tgt_in)
     names = " ".join(e.key.lower() for e in prof.key_averages())
-    found = [label for label, key in (("flash", "flash"), ("memory-efficient", "efficient_attention"),
-                                      ("cuDNN", "cudnn_attention"), ("math", "_scaled_dot_product_attention_math"))
-             if key in names]
+    found = [
+        label
+        for label, key in (
+            ("flash", "flash"),
+            ("memory-efficient", "efficient_attention"),
+            ("cuDNN", "cudnn_attention"),
+            ("math", "_scaled_dot_product_attention_math"),
+        )
+        if key in names
+    ]
     return ", ".join(found) or "unknown"
 
 
@@ -81,8 +89,7 @@ def run_mode(mode, config, batches, device, args) -> dict:
         for module in model.modules():
             if isinstance(module, companion.MultiHeadAttention):
                 module.fuse_qkv = False
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9,
-                                 fused=device.type == "cuda")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=device.type == "cuda")
     step_fn = torch.compile(model, dynamic=True) if mode == "compile" else model
     backend = sdpa_backend(model.eval(), batches[0], device)
     model.train()
@@ -115,10 +122,17 @@ def run_mode(mode, config, batches, device, args) -> dict:
     sync(device)
     seconds = time.perf_counter() - start
     result = {
-        "mode": mode, "sdpa_backend": backend, "steps": args.steps, "warmup_steps": args.warmup_steps,
-        "warmup_seconds": warmup_seconds, "seconds": seconds, "step_seconds": seconds / args.steps,
-        "target_tokens_per_second": tokens / seconds, "source_tokens_per_second": src_tokens / seconds,
-        "model_flops_per_second": flops / seconds, "mfu_vs_peak": flops / seconds / args.peak_flops,
+        "mode": mode,
+        "sdpa_backend": backend,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "warmup_seconds": warmup_seconds,
+        "seconds": seconds,
+        "step_seconds": seconds / args.steps,
+        "target_tokens_per_second": tokens / seconds,
+        "source_tokens_per_second": src_tokens / seconds,
+        "model_flops_per_second": flops / seconds,
+        "mfu_vs_peak": flops / seconds / args.peak_flops,
         "final_loss_per_token": float(loss.detach()) / timed[-1].num_tgt_tokens,
     }
     if device.type == "cuda":
@@ -137,9 +151,12 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=25000, help="padded tokens per batch side")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per mode")
     parser.add_argument("--warmup-steps", type=int, default=15, help="untimed steps first (compilation)")
-    parser.add_argument("--modes", default="eager,compile,eager-separate-qkv",
-                        help="comma-separated: eager, compile, eager-separate-qkv (eager without the fused Q/K/V "
-                             "projection; default: all three)")
+    parser.add_argument(
+        "--modes",
+        default="eager,compile,eager-separate-qkv",
+        help="comma-separated: eager, compile, eager-separate-qkv (eager without the fused Q/K/V "
+        "projection; default: all three)",
+    )
     parser.add_argument("--peak-flops", type=float, default=989e12, help="peak bf16 dense FLOP/s for MFU")
     parser.add_argument("--smoke", action="store_true", help="tiny model on the CPU, to test this script")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="results JSON path")
@@ -154,8 +171,11 @@ def main() -> int:
     if args.smoke:
         device = torch.device("cpu")
     elif not torch.cuda.is_available():
-        print("error: bench/gpu_throughput.py needs a CUDA GPU (torch.cuda.is_available() is False); "
-              "use --smoke to test the script on the CPU", file=sys.stderr)
+        print(
+            "error: bench/gpu_throughput.py needs a CUDA GPU (torch.cuda.is_available() is False); "
+            "use --smoke to test the script on the CPU",
+            file=sys.stderr,
+        )
         return 2
     else:
         device = torch.device("cuda")
@@ -163,15 +183,28 @@ def main() -> int:
 
     pairs, vocab = load_pairs(args.data)
     if args.smoke:
-        config = companion.TransformerConfig(vocab, vocab, d_model=64, num_heads=4, num_encoder_layers=2,
-                                             num_decoder_layers=2, d_ff=128, share_embeddings=True,
-                                             tie_output=True)
+        config = companion.TransformerConfig(
+            vocab,
+            vocab,
+            d_model=64,
+            num_heads=4,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            d_ff=128,
+            share_embeddings=True,
+            tie_output=True,
+        )
     else:
         config = companion.TransformerConfig.base(vocab, vocab)
     batches = make_batches(pairs, args.max_tokens, shuffle=True, seed=0)
     batches = [b.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else b for b in batches]
-    results = {"config": config.to_dict(), "max_tokens": args.max_tokens, "peak_flops": args.peak_flops,
-               "parameters": companion.Transformer(config).num_parameters(), "modes": []}
+    results = {
+        "config": config.to_dict(),
+        "max_tokens": args.max_tokens,
+        "peak_flops": args.peak_flops,
+        "parameters": companion.Transformer(config).num_parameters(),
+        "modes": [],
+    }
     if device.type == "cuda":
         results["measured_matmul_flops"] = matmul_rate(device)
     for mode in modes:

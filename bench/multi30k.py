@@ -57,8 +57,20 @@ NOTES = (
     "over a shared 8k BPE because sequences are 15% shorter and the output layer smaller; the price is <unk> "
     "for words seen once."
 )
-GPU_SETTINGS = ["--preset", "base", "--tokenizer", "bpe", "--vocab-size", "8000", "--max-tokens", "12000",
-                "--warmup", "1000", "--dropout", "0.2"]
+GPU_SETTINGS = [
+    "--preset",
+    "base",
+    "--tokenizer",
+    "bpe",
+    "--vocab-size",
+    "8000",
+    "--max-tokens",
+    "12000",
+    "--warmup",
+    "1000",
+    "--dropout",
+    "0.2",
+]
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -66,37 +78,70 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     extra: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1:]
+        argv, extra = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(
-        prog="python bench/multi30k.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Everything after -- is passed to 'companion train' (see python -m companion train --help).")
-    parser.add_argument("--directions", nargs="+", default=["de-en", "en-de"], choices=["de-en", "en-de"],
-                        help="translation directions to train and score (default: de-en en-de)")
-    parser.add_argument("--minutes", type=float, default=None,
-                        help="training time per direction (default: 20 on CPU, 10 on GPU)")
+        prog="python bench/multi30k.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Everything after -- is passed to 'companion train' (see python -m companion train --help).",
+    )
+    parser.add_argument(
+        "--directions",
+        nargs="+",
+        default=["de-en", "en-de"],
+        choices=["de-en", "en-de"],
+        help="translation directions to train and score (default: de-en en-de)",
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="training time per direction (default: 20 on CPU, 10 on GPU)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA > MPS > CPU), cpu, cuda or mps (default: auto)")
-    parser.add_argument("--data-dir", default=None,
-                        help="Multi30k folder (default: $COMPANION_DATA_DIR, else ../shared/data/multi30k if it "
-                             "exists, else the Hugging Face hub)")
-    parser.add_argument("--average-last", type=int, default=5,
-                        help="average the last N checkpoints before scoring (paper: 5; default: 5)")
-    parser.add_argument("--save-every-minutes", type=float, default=None,
-                        help="checkpoint interval for the averaging (default: minutes / 20, so that 5 checkpoints "
-                             "cover the last quarter of training)")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="Multi30k folder (default: $COMPANION_DATA_DIR, else ../shared/data/multi30k if it "
+        "exists, else the Hugging Face hub)",
+    )
+    parser.add_argument(
+        "--average-last",
+        type=int,
+        default=5,
+        help="average the last N checkpoints before scoring (paper: 5; default: 5)",
+    )
+    parser.add_argument(
+        "--save-every-minutes",
+        type=float,
+        default=None,
+        help="checkpoint interval for the averaging (default: minutes / 20, so that 5 checkpoints "
+        "cover the last quarter of training)",
+    )
     parser.add_argument("--beam-size", type=int, default=4, help="beam width for the test set (default: 4)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
-    parser.add_argument("--split", default="test", choices=["test", "valid"],
-                        help="split to score; test = test_2016_flickr (default: test; use valid for tuning)")
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=["test", "valid"],
+        help="split to score; test = test_2016_flickr (default: test; use valid for tuning)",
+    )
     parser.add_argument("--runs-dir", default="bench/runs", help="where the training runs go (default: bench/runs)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    parser.add_argument("--no-results", action="store_true",
-                        help="do not write bench/results/multi30k_<device>.json (for trial runs)")
+    parser.add_argument(
+        "--no-results", action="store_true", help="do not write bench/results/multi30k_<device>.json (for trial runs)"
+    )
     parser.add_argument("--tag", default="", help="suffix for the run folders and the results file name")
-    parser.add_argument("--compare-unaveraged", action="store_true",
-                        help="also score the last checkpoint alone (one more decoding pass)")
-    parser.add_argument("--attach-curves", type=Path, nargs="+", metavar="RESULTS_JSON",
-                        help="only add the learning curves to existing results files, from the run logs they name "
-                             "(files written before curves were recorded), then stop")
+    parser.add_argument(
+        "--compare-unaveraged",
+        action="store_true",
+        help="also score the last checkpoint alone (one more decoding pass)",
+    )
+    parser.add_argument(
+        "--attach-curves",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="only add the learning curves to existing results files, from the run logs they name "
+        "(files written before curves were recorded), then stop",
+    )
     return parser.parse_args(argv), extra
 
 
@@ -120,14 +165,38 @@ def attach_curves(paths: list[Path]) -> None:
         print(f"attached learning curves to {path}")
 
 
-def train_flags(args: argparse.Namespace, src: str, tgt: str, device: str, minutes: float, out: Path,
-                extra: list[str]) -> list[str]:
+def train_flags(
+    args: argparse.Namespace, src: str, tgt: str, device: str, minutes: float, out: Path, extra: list[str]
+) -> list[str]:
     base = GPU_SETTINGS if device == "cuda" else CPU_SETTINGS
     save_every = args.save_every_minutes or minutes / 20
-    flags = ["train", *base, "--src", src, "--tgt", tgt, "--max-minutes", str(minutes), "--device", device,
-             "--out", str(out), "--overwrite", "--average-last", str(args.average_last), "--keep-last",
-             str(max(args.average_last, 1)), "--save-every-minutes", f"{save_every:.4g}", "--seed", str(args.seed),
-             "--eval-every", "100000", "--log-every", "25"]
+    flags = [
+        "train",
+        *base,
+        "--src",
+        src,
+        "--tgt",
+        tgt,
+        "--max-minutes",
+        str(minutes),
+        "--device",
+        device,
+        "--out",
+        str(out),
+        "--overwrite",
+        "--average-last",
+        str(args.average_last),
+        "--keep-last",
+        str(max(args.average_last, 1)),
+        "--save-every-minutes",
+        f"{save_every:.4g}",
+        "--seed",
+        str(args.seed),
+        "--eval-every",
+        "100000",
+        "--log-every",
+        "25",
+    ]
     data_dir = args.data_dir or default_data_dir()
     if data_dir:
         flags += ["--data-dir", data_dir]
@@ -154,44 +223,75 @@ def main(argv: list[str] | None = None) -> int:
         summary = train_run(given, command=flags[1:])
         train_wall = time.time() - t0
         checkpoint = summary.get("averaged") or summary["checkpoint"]
-        scored = evaluate_run(EvaluateConfig(checkpoint, beam_size=args.beam_size, alpha=args.alpha, device=device,
-                                             split=args.split, data_dir=args.data_dir or default_data_dir()))
+        scored = evaluate_run(
+            EvaluateConfig(
+                checkpoint,
+                beam_size=args.beam_size,
+                alpha=args.alpha,
+                device=device,
+                split=args.split,
+                data_dir=args.data_dir or default_data_dir(),
+            )
+        )
         target = TARGETS.get(device, {}).get(direction)
         entry = {
-            "bleu": round(scored["bleu"], 2), "bleu_signature": scored["bleu_signature"],
-            "chrf": round(scored["chrf"], 2), "chrf_signature": scored["chrf_signature"],
-            "split": scored["split"], "sentences": scored["sentences"], "beam_size": args.beam_size,
-            "alpha": args.alpha, "target_bleu": target,
+            "bleu": round(scored["bleu"], 2),
+            "bleu_signature": scored["bleu_signature"],
+            "chrf": round(scored["chrf"], 2),
+            "chrf_signature": scored["chrf_signature"],
+            "split": scored["split"],
+            "sentences": scored["sentences"],
+            "beam_size": args.beam_size,
+            "alpha": args.alpha,
+            "target_bleu": target,
             "meets_target": None if target is None else scored["bleu"] >= target,
-            "steps": summary["steps"], "epochs": round(summary["epochs"], 3),
+            "steps": summary["steps"],
+            "epochs": round(summary["epochs"], 3),
             "train_minutes": round(summary["train_seconds"] / 60, 2),
             "train_wall_minutes_incl_data_prep": round(train_wall / 60, 2),
-            "decode_minutes": round(scored["decode_seconds"] / 60, 2), "tokens_seen": summary["tokens_seen"],
+            "decode_minutes": round(scored["decode_seconds"] / 60, 2),
+            "tokens_seen": summary["tokens_seen"],
             "tokens_per_second": round(summary["tokens_seen"] / max(summary["train_seconds"], 1e-9)),
-            "valid": summary.get("valid"), "checkpoint": checkpoint,
+            "valid": summary.get("valid"),
+            "checkpoint": checkpoint,
             "averaged_from": summary.get("averaged_from"),
             "command": "python -m companion " + " ".join(flags),
-            "config": given, "example_translations": scored["hypotheses"][:5],
+            "config": given,
+            "example_translations": scored["hypotheses"][:5],
             "learning_curve": learning_curve(out),
         }
         if args.compare_unaveraged and summary.get("averaged"):
-            alone = evaluate_run(EvaluateConfig(summary["checkpoint"], beam_size=args.beam_size, alpha=args.alpha,
-                                                device=device, split=args.split,
-                                                data_dir=args.data_dir or default_data_dir()))
+            alone = evaluate_run(
+                EvaluateConfig(
+                    summary["checkpoint"],
+                    beam_size=args.beam_size,
+                    alpha=args.alpha,
+                    device=device,
+                    split=args.split,
+                    data_dir=args.data_dir or default_data_dir(),
+                )
+            )
             entry["bleu_last_checkpoint_alone"] = round(alone["bleu"], 2)
             entry["chrf_last_checkpoint_alone"] = round(alone["chrf"], 2)
         results[direction] = entry
         mark = "" if target is None else f" (target >= {target:.0f}: {'met' if entry['meets_target'] else 'MISSED'})"
-        print(f"{direction} {scored['split']}: BLEU = {scored['bleu']:.2f}{mark}\n  {scored['bleu_signature']}\n"
-              f"{direction} {scored['split']}: chrF = {scored['chrf']:.2f}\n  {scored['chrf_signature']}\n"
-              f"  {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['train_seconds'] / 60:.1f} min "
-              f"training, decoding {scored['decode_seconds'] / 60:.1f} min", flush=True)
+        print(
+            f"{direction} {scored['split']}: BLEU = {scored['bleu']:.2f}{mark}\n  {scored['bleu_signature']}\n"
+            f"{direction} {scored['split']}: chrF = {scored['chrf']:.2f}\n  {scored['chrf_signature']}\n"
+            f"  {summary['steps']} steps, {summary['epochs']:.2f} epochs, {summary['train_seconds'] / 60:.1f} min "
+            f"training, decoding {scored['decode_seconds'] / 60:.1f} min",
+            flush=True,
+        )
     payload = {
-        "benchmark": "multi30k", "device": device, "minutes_per_direction": minutes,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "torch_threads": torch.get_num_threads(),
+        "benchmark": "multi30k",
+        "device": device,
+        "minutes_per_direction": minutes,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "torch_threads": torch.get_num_threads(),
         "load_average_at_start": load_at_start,
         "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "wall_minutes_total": round((time.time() - started) / 60, 2), "results": results,
+        "wall_minutes_total": round((time.time() - started) / 60, 2),
+        "results": results,
         "notes": NOTES if device == "cpu" else "GPU settings not tuned in this session (no GPU was available)",
     }
     if not args.no_results:

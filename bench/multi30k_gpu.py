@@ -56,16 +56,21 @@ def prepare(args: argparse.Namespace) -> None:
         splits = {name: pairs[: args.limit] for name, pairs in splits.items()}
     train = splits["train"]
     tokenizer = SubwordTokenizer.train([e for e, _ in train] + [g for _, g in train], vocab_size=args.vocab_size)
-    data = {"vocab_size": tokenizer.vocab_size, "tokenizer": json.dumps(tokenizer.to_dict()),
-            "references": json.dumps({lang: [pair[i] for pair in splits["test"]] for i, lang in enumerate(LANGUAGES)})}
+    data = {
+        "vocab_size": tokenizer.vocab_size,
+        "tokenizer": json.dumps(tokenizer.to_dict()),
+        "references": json.dumps({lang: [pair[i] for pair in splits["test"]] for i, lang in enumerate(LANGUAGES)}),
+    }
     for split in SPLITS:
         for i, lang in enumerate(LANGUAGES):
             flat, offsets = flatten(tokenizer.encode_batch([pair[i] for pair in splits[split]]))
             data[f"{split}_{lang}_flat"], data[f"{split}_{lang}_offsets"] = flat, offsets
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(data, args.out)
-    print(f"wrote {args.out}: shared BPE vocabulary {tokenizer.vocab_size}, "
-          + ", ".join(f"{split} {len(splits[split])} pairs" for split in SPLITS))
+    print(
+        f"wrote {args.out}: shared BPE vocabulary {tokenizer.vocab_size}, "
+        + ", ".join(f"{split} {len(splits[split])} pairs" for split in SPLITS)
+    )
 
 
 def load_ids(path: pathlib.Path, split: str, lang: str, max_len: int) -> list[list[int]]:
@@ -76,24 +81,44 @@ def load_ids(path: pathlib.Path, split: str, lang: str, max_len: int) -> list[li
 # -- train (on the GPU machine) -------------------------------------------------------------------------------
 def model_config(vocab_size: int, smoke: bool) -> companion.TransformerConfig:
     if smoke:
-        return companion.TransformerConfig(vocab_size, vocab_size, d_model=32, num_heads=2, num_encoder_layers=1,
-                                           num_decoder_layers=1, d_ff=64, dropout=DROPOUT, max_len=MAX_LEN,
-                                           share_embeddings=True, tie_output=True)
+        return companion.TransformerConfig(
+            vocab_size,
+            vocab_size,
+            d_model=32,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=64,
+            dropout=DROPOUT,
+            max_len=MAX_LEN,
+            share_embeddings=True,
+            tie_output=True,
+        )
     return companion.TransformerConfig.base(vocab_size, vocab_size, dropout=DROPOUT, max_len=MAX_LEN)
 
 
-def train_direction(args: argparse.Namespace, direction: str, vocab_size: int, device: str,
-                    work: pathlib.Path) -> dict:
+def train_direction(args: argparse.Namespace, direction: str, vocab_size: int, device: str, work: pathlib.Path) -> dict:
     src, tgt = direction.split("-")
-    pairs = {split: list(zip(load_ids(args.data, split, src, MAX_LEN), load_ids(args.data, split, tgt, MAX_LEN)))
-             for split in SPLITS}
+    pairs = {
+        split: list(zip(load_ids(args.data, split, src, MAX_LEN), load_ids(args.data, split, tgt, MAX_LEN)))
+        for split in SPLITS
+    }
     train_batches = make_batches(pairs["train"], args.max_tokens, seed=args.seed)
     valid_batches = make_batches(pairs["valid"], args.max_tokens, shuffle=False)
     torch.manual_seed(args.seed)
     model = companion.Transformer(model_config(vocab_size, args.smoke))
     config = companion.TrainConfig(
-        max_minutes=args.minutes, max_steps=args.max_steps, warmup=WARMUP, device=device, seed=args.seed,
-        log_every=20, save_every_minutes=args.minutes / 20, keep_last=5, progress=False, compile=args.compile)
+        max_minutes=args.minutes,
+        max_steps=args.max_steps,
+        warmup=WARMUP,
+        device=device,
+        seed=args.seed,
+        log_every=20,
+        save_every_minutes=args.minutes / 20,
+        keep_last=5,
+        progress=False,
+        compile=args.compile,
+    )
     out_dir = work / direction
     started = time.time()
     summary = companion.Trainer(model, config, train_batches, valid_batches, out_dir=out_dir).train()
@@ -103,15 +128,27 @@ def train_direction(args: argparse.Namespace, direction: str, vocab_size: int, d
     decode_start = time.time()
     hypotheses = companion.translate_ids(averaged, sources, beam_size=4, alpha=0.6, batch_size=256, device=device)
     return {
-        "hypothesis_ids": hypotheses, "steps": summary["steps"], "epochs": round(summary["epochs"], 3),
-        "train_minutes": round(summary["train_seconds"] / 60, 2), "tokens_seen": summary["tokens_seen"],
+        "hypothesis_ids": hypotheses,
+        "steps": summary["steps"],
+        "epochs": round(summary["epochs"], 3),
+        "train_minutes": round(summary["train_seconds"] / 60, 2),
+        "tokens_seen": summary["tokens_seen"],
         "tokens_per_second": round(summary["tokens_seen"] / max(summary["train_seconds"], 1e-9)),
         "train_wall_minutes_incl_data_prep": round((decode_start - started) / 60, 2),
-        "decode_minutes": round((time.time() - decode_start) / 60, 2), "valid": summary.get("valid"),
-        "averaged_from": [p.name for p in checkpoints], "parameters": model.num_parameters(),
-        "config": {"model": model.config.to_dict(), "max_tokens": args.max_tokens, "warmup": WARMUP,
-                   "minutes": args.minutes, "seed": args.seed, "tokenizer": "bpe (shared en+de)",
-                   "vocab_size": vocab_size, "compile": args.compile},
+        "decode_minutes": round((time.time() - decode_start) / 60, 2),
+        "valid": summary.get("valid"),
+        "averaged_from": [p.name for p in checkpoints],
+        "parameters": model.num_parameters(),
+        "config": {
+            "model": model.config.to_dict(),
+            "max_tokens": args.max_tokens,
+            "warmup": WARMUP,
+            "minutes": args.minutes,
+            "seed": args.seed,
+            "tokenizer": "bpe (shared en+de)",
+            "vocab_size": vocab_size,
+            "compile": args.compile,
+        },
         "learning_curve": learning_curve(out_dir),
     }
 
@@ -120,24 +157,34 @@ def train(args: argparse.Namespace) -> int:
     if args.smoke:
         device = "cpu"
     elif not torch.cuda.is_available():
-        print("error: bench/multi30k_gpu.py train needs a CUDA GPU (torch.cuda.is_available() is False); use "
-              "--smoke to test the pipeline on the CPU", file=sys.stderr)
+        print(
+            "error: bench/multi30k_gpu.py train needs a CUDA GPU (torch.cuda.is_available() is False); use "
+            "--smoke to test the pipeline on the CPU",
+            file=sys.stderr,
+        )
         return 2
     else:
         device = "cuda"
         torch.backends.cuda.matmul.allow_tf32 = True
     vocab_size = int(torch.load(args.data, weights_only=True)["vocab_size"])
     started = time.time()
-    raw = {"hardware": hardware(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]), "device": device,
-           "minutes_per_direction": args.minutes, "results": {}}
+    raw = {
+        "hardware": hardware(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+        "device": device,
+        "minutes_per_direction": args.minutes,
+        "results": {},
+    }
     with tempfile.TemporaryDirectory(prefix="multi30k-gpu-") as work:
         for direction in args.directions:
             print(f"=== {direction}: training for {args.minutes} min on {device}", flush=True)
             raw["results"][direction] = train_direction(args, direction, vocab_size, device, pathlib.Path(work))
             r = raw["results"][direction]
-            print(f"{direction}: {r['steps']} steps, {r['epochs']} epochs, {r['tokens_per_second']:,} tokens/s",
-                  flush=True)
+            print(
+                f"{direction}: {r['steps']} steps, {r['epochs']} epochs, {r['tokens_per_second']:,} tokens/s",
+                flush=True,
+            )
     raw["wall_minutes_total"] = round((time.time() - started) / 60, 2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(raw) + "\n")
@@ -160,24 +207,44 @@ def score(args: argparse.Namespace) -> int:
         hypotheses = [tokenizer.decode(ids) for ids in r.pop("hypothesis_ids")]
         refs = references[tgt]
         if len(hypotheses) != len(refs):
-            raise SystemExit(f"{direction}: {len(hypotheses)} outputs for {len(refs)} references: "
-                             "--data is not the file the run was trained from")
+            raise SystemExit(
+                f"{direction}: {len(hypotheses)} outputs for {len(refs)} references: "
+                "--data is not the file the run was trained from"
+            )
         (bleu, bleu_signature), (chrf, chrf_signature) = corpus_bleu(hypotheses, refs), corpus_chrf(hypotheses, refs)
         target = None if raw["device"] != "cuda" else TARGETS[direction]
         results[direction] = {
-            "bleu": round(bleu, 2), "bleu_signature": bleu_signature, "chrf": round(chrf, 2),
-            "chrf_signature": chrf_signature, "split": "test_2016_flickr", "sentences": len(refs),
-            "beam_size": 4, "alpha": 0.6, "target_bleu": target,
+            "bleu": round(bleu, 2),
+            "bleu_signature": bleu_signature,
+            "chrf": round(chrf, 2),
+            "chrf_signature": chrf_signature,
+            "split": "test_2016_flickr",
+            "sentences": len(refs),
+            "beam_size": 4,
+            "alpha": 0.6,
+            "target_bleu": target,
             "meets_target": None if target is None else bleu >= target,
-            "command": raw["command"], "example_translations": hypotheses[:5], **r,
+            "command": raw["command"],
+            "example_translations": hypotheses[:5],
+            **r,
         }
-        print(f"{direction}: BLEU {bleu:.2f} ({bleu_signature}), chrF {chrf:.2f}"
-              + ("" if target is None else f" (target {target:g}: {'met' if bleu >= target else 'missed'})"))
+        print(
+            f"{direction}: BLEU {bleu:.2f} ({bleu_signature}), chrF {chrf:.2f}"
+            + ("" if target is None else f" (target {target:g}: {'met' if bleu >= target else 'missed'})")
+        )
     name = "multi30k_cuda" if raw["device"] == "cuda" else "multi30k_smoke"
-    payload = {"date": raw["date"], "command": raw["command"], "hardware": raw["hardware"], "benchmark": "multi30k",
-               "device": raw["device"], "minutes_per_direction": raw["minutes_per_direction"],
-               "wall_minutes_total": raw["wall_minutes_total"], "load_average_at_end": None,
-               "scored_with": " ".join(shlex.quote(a) for a in ["python", *sys.argv]), "results": results}
+    payload = {
+        "date": raw["date"],
+        "command": raw["command"],
+        "hardware": raw["hardware"],
+        "benchmark": "multi30k",
+        "device": raw["device"],
+        "minutes_per_direction": raw["minutes_per_direction"],
+        "wall_minutes_total": raw["wall_minutes_total"],
+        "load_average_at_end": None,
+        "scored_with": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+        "results": results,
+    }
     if args.out is not None:
         args.out.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.out}")
@@ -187,8 +254,9 @@ def score(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python bench/multi30k_gpu.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python bench/multi30k_gpu.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     steps = parser.add_subparsers(dest="step", required=True)
     p = steps.add_parser("prepare", help="here: shared BPE vocabulary and the ids of every split")
     p.add_argument("--out", type=pathlib.Path, required=True, help="file to write (e.g. bench/data/multi30k_bpe.pt)")
@@ -208,8 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = steps.add_parser("score", help="here: detokenize, sacreBLEU and chrF, write the results file")
     s.add_argument("--data", type=pathlib.Path, required=True, help="the file from the prepare step")
     s.add_argument("--raw", type=pathlib.Path, required=True, help="the JSON file the train step wrote")
-    s.add_argument("--out", type=pathlib.Path, default=None,
-                   help="results file (default: bench/results/multi30k_cuda.json, or multi30k_smoke.json)")
+    s.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        help="results file (default: bench/results/multi30k_cuda.json, or multi30k_smoke.json)",
+    )
     return parser
 
 

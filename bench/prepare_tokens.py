@@ -34,13 +34,22 @@ def main() -> None:
     src_flat, src_offsets = flatten([s for s, _ in pairs])
     tgt_flat, tgt_offsets = flatten([t for _, t in pairs])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "src_flat": src_flat, "src_offsets": src_offsets, "tgt_flat": tgt_flat, "tgt_offsets": tgt_offsets,
-        "vocab_size": tokenizer.vocab_size, "tokenizer": json.dumps(tokenizer.to_dict()),
-        "direction": f"{args.src}-{args.tgt}",
-    }, args.out)
-    print(f"wrote {args.out}: {len(pairs)} pairs, vocabulary {tokenizer.vocab_size}, "
-          f"{int(src_flat.numel())} + {int(tgt_flat.numel())} tokens")
+    torch.save(
+        {
+            "src_flat": src_flat,
+            "src_offsets": src_offsets,
+            "tgt_flat": tgt_flat,
+            "tgt_offsets": tgt_offsets,
+            "vocab_size": tokenizer.vocab_size,
+            "tokenizer": json.dumps(tokenizer.to_dict()),
+            "direction": f"{args.src}-{args.tgt}",
+        },
+        args.out,
+    )
+    print(
+        f"wrote {args.out}: {len(pairs)} pairs, vocabulary {tokenizer.vocab_size}, "
+        f"{int(src_flat.numel())} + {int(tgt_flat.numel())} tokens"
+    )
 
 
 if __name__ == "__main__":

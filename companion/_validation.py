@@ -7,7 +7,7 @@ obscure error from deep inside a matmul, or worse, a silent broadcast.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -29,17 +29,17 @@ def check_tensor(name: str, value: object, *, dims: int | Sequence[int] | None =
 def check_last_dim(name: str, value: torch.Tensor, size: int, what: str = "d_model") -> None:
     """Check the feature (last) dimension of ``value``."""
     if value.shape[-1] != size:
-        raise ValueError(
-            f"{name} must have last dimension {what}={size}, got shape {tuple(value.shape)}"
-        )
+        raise ValueError(f"{name} must have last dimension {what}={size}, got shape {tuple(value.shape)}")
 
 
 def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
     """Check a ``[batch, seq]`` tensor of integer token ids in ``[0, vocab_size)``."""
     tokens = check_tensor(name, tokens, dims=2)
     if tokens.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype} "
-                        "(torch.int32 works too; convert with .long())")
+        raise TypeError(
+            f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype} "
+            "(torch.int32 works too; convert with .long())"
+        )
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty [batch, seq] tensor, got shape {tuple(tokens.shape)}")
     extremes = torch.aminmax(tokens)  # one pass, one host sync
@@ -47,8 +47,7 @@ def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(
-            f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}) "
-            f"(vocab_size={vocab_size})"
+            f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}) (vocab_size={vocab_size})"
         )
     return tokens
 
@@ -100,8 +99,15 @@ def check_integer(name: str, value: object, *, minimum: int | None = None) -> in
     return value
 
 
-def check_number(name: str, value: object, *, low: float | None = None, high: float | None = None,
-                 low_inclusive: bool = True, high_inclusive: bool = True) -> float:
+def check_number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> float:
     """Check a finite real number (no inf or nan) in the range given by ``low``/``high``; returns it as float.
 
     ``check_number("--lr-factor", x, low=0, low_inclusive=False)`` asks for a positive number;
@@ -126,8 +132,10 @@ def check_number(name: str, value: object, *, low: float | None = None, high: fl
         else:
             left = "-inf" if low is None else f"{low:g}"
             right = "inf" if high is None else f"{high:g}"
-            want = (f"a number in {'[' if low_inclusive and low is not None else '('}{left}, "
-                    f"{right}{']' if high_inclusive and high is not None else ')'}")
+            want = (
+                f"a number in {'[' if low_inclusive and low is not None else '('}{left}, "
+                f"{right}{']' if high_inclusive and high is not None else ')'}"
+            )
         raise ConfigError(f"{name} must be {want}, got {value!r}")
     return number
 

@@ -164,8 +164,9 @@ def fast_attention(
     return _sdpa(q, k, v, mask, dropout_p, is_causal)
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float,
-          is_causal: bool) -> torch.Tensor:
+def _sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, is_causal: bool
+) -> torch.Tensor:
     """:func:`fast_attention` without the argument checks, for callers whose tensors are already checked
     (the model's layers call it once per layer and decoding step)."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
@@ -235,15 +236,14 @@ class MultiHeadAttention(nn.Module):
         fuse_qkv: compute self-attention's Q, K and V projections as one product (default True).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 fuse_qkv: bool = True) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True, fuse_qkv: bool = True
+    ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
         if d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model must be divisible by num_heads, got d_model={d_model} and num_heads={num_heads}"
-            )
+            raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model} and num_heads={num_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model = d_model
@@ -259,14 +259,29 @@ class MultiHeadAttention(nn.Module):
 
     # -- the entry point ---------------------------------------------------------------------------------
     @overload
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor | None = None, need_weights: Literal[False] = False, is_causal: bool = False,
-                cache: AttentionCache | None = None) -> torch.Tensor: ...
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: Literal[False] = False,
+        is_causal: bool = False,
+        cache: AttentionCache | None = None,
+    ) -> torch.Tensor: ...
 
     @overload
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor | None = None, *, need_weights: Literal[True], is_causal: bool = False,
-                cache: AttentionCache | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: Literal[True],
+        is_causal: bool = False,
+        cache: AttentionCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def forward(
         self,
@@ -360,8 +375,9 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.merge_heads(heads)), weights
 
     # -- internals -----------------------------------------------------------------------------------------
-    def _project(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 cache: AttentionCache | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: AttentionCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q ``[batch, heads, m, d_head]`` and the new k, v (a filled static cache supplies k, v instead)."""
         if cache is not None and cache.static:
             q = self.split_heads(self.q_proj(query))
@@ -374,9 +390,15 @@ class MultiHeadAttention(nn.Module):
         return (self.split_heads(self.q_proj(query)), *self.project_kv(key, value))
 
     @staticmethod
-    def _extend_self_cache(cache: AttentionCache, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           mask: torch.Tensor | None, is_causal: bool,
-                           need_weights: bool) -> tuple[torch.Tensor | None, bool]:
+    def _extend_self_cache(
+        cache: AttentionCache,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor | None, bool]:
         """Append the new keys/values to ``cache``; turn ``is_causal`` into the mask for the new positions.
 
         New position ``offset + i`` may attend to every cached position and to new positions ``<= i``. One new
@@ -394,8 +416,9 @@ class MultiHeadAttention(nn.Module):
         causal = causal_mask(offset + t_new, device=q.device)[offset:]
         return (causal if mask is None else mask & causal), False
 
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      cache: AttentionCache | None) -> None:
+    def _check_inputs(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: AttentionCache | None
+    ) -> None:
         for name, x in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, x, dims=3)
             check_last_dim(name, x, self.d_model)
@@ -414,8 +437,9 @@ class MultiHeadAttention(nn.Module):
             )
         dtypes = {query.dtype, key.dtype, value.dtype}
         if not all(d.is_floating_point for d in dtypes):
-            raise TypeError(f"query, key and value must be floating point, got {query.dtype}, {key.dtype}, "
-                            f"{value.dtype}")
+            raise TypeError(
+                f"query, key and value must be floating point, got {query.dtype}, {key.dtype}, {value.dtype}"
+            )
         weight_dtype = self.q_proj.weight.dtype
         if dtypes != {weight_dtype} and not _autocast_enabled(query.device.type):
             raise TypeError(

@@ -31,8 +31,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -107,10 +108,15 @@ def _write_failure(path: Path, error: OSError) -> str:
     import errno
 
     if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        what = "the disk is full (no space left on the device)" if error.errno == errno.ENOSPC else \
-            "the disk quota is exhausted"
-        return (f"cannot write the checkpoint {path}: {what}. Nothing was replaced: the previous checkpoint is "
-                "intact. Free some space (or use --keep-last to keep fewer checkpoints) and --resume.")
+        what = (
+            "the disk is full (no space left on the device)"
+            if error.errno == errno.ENOSPC
+            else "the disk quota is exhausted"
+        )
+        return (
+            f"cannot write the checkpoint {path}: {what}. Nothing was replaced: the previous checkpoint is "
+            "intact. Free some space (or use --keep-last to keep fewer checkpoints) and --resume."
+        )
     return f"cannot write the checkpoint {path}: {error.strerror or error}. The previous checkpoint is intact."
 
 
@@ -172,8 +178,10 @@ def _check_plain(value: Any, where: str) -> None:
         for i, item in enumerate(value):
             _check_plain(item, f"{where}[{i}]")
     elif type(value) not in _PLAIN and not isinstance(value, torch.Tensor):
-        raise TypeError(f"{where} is a {type(value).__name__}; checkpoints hold only tensors and plain values "
-                        "(str, int, float, bool, None, lists, dicts) so that loading never unpickles objects")
+        raise TypeError(
+            f"{where} is a {type(value).__name__}; checkpoints hold only tensors and plain values "
+            "(str, int, float, bool, None, lists, dicts) so that loading never unpickles objects"
+        )
 
 
 def _tokenizer_dicts(tokenizers: Mapping[str, Any] | None) -> dict[str, dict] | None:
@@ -206,9 +214,13 @@ def save_checkpoint(
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a non-negative integer, got {step!r}")
     checkpoint = _new_checkpoint(
-        model_config=config.to_dict(), model_state=model.state_dict(), step=step,
-        tokenizers=_tokenizer_dicts(tokenizers), train_config=dict(train_config) if train_config else None,
-        trainer_state=dict(trainer_state) if trainer_state else None, metrics=dict(metrics or {}),
+        model_config=config.to_dict(),
+        model_state=model.state_dict(),
+        step=step,
+        tokenizers=_tokenizer_dicts(tokenizers),
+        train_config=dict(train_config) if train_config else None,
+        trainer_state=dict(trainer_state) if trainer_state else None,
+        metrics=dict(metrics or {}),
         run_info=dict(run_info or {}),
     )
     return write_checkpoint(checkpoint, path)
@@ -272,8 +284,9 @@ def write_checkpoint(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> 
 # --------------------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------------------
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | None = "cpu",
-                    verify: bool = True) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | os.PathLike, map_location: str | torch.device | None = "cpu", verify: bool = True
+) -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``) and check that it is whole.
 
     Raises :class:`CheckpointError` with the path and the reason for a missing, truncated, corrupt or
@@ -282,13 +295,17 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
     """
     path = Path(path)
     if path.is_dir():
-        raise CheckpointError(f"{path} is a folder; pass a checkpoint file (e.g. {path}/checkpoints/step_*.pt), "
-                              "or use latest_checkpoint(folder)")
+        raise CheckpointError(
+            f"{path} is a folder; pass a checkpoint file (e.g. {path}/checkpoints/step_*.pt), "
+            "or use latest_checkpoint(folder)"
+        )
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     if path.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): it was truncated, probably by a crash "
-                              "during an old-style write; use an earlier checkpoint")
+        raise CheckpointError(
+            f"checkpoint {path} is empty (0 bytes): it was truncated, probably by a crash "
+            "during an old-style write; use an earlier checkpoint"
+        )
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:
@@ -298,27 +315,36 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device | 
             message = detail[0][:300] if detail else message
             raise CheckpointError(
                 f"{path} holds Python objects that weights_only=True loading refuses to unpickle (it was not "
-                f"written by companion, or was tampered with): {message}") from error
+                f"written by companion, or was tampered with): {message}"
+            ) from error
         raise CheckpointError(
             f"{path} is not a readable checkpoint: it looks truncated or corrupt ({type(error).__name__}: "
-            f"{message}). Delete it and use an earlier checkpoint.") from error
+            f"{message}). Delete it and use an earlier checkpoint."
+        ) from error
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is a PyTorch file but not a companion checkpoint (no format marker "
-                              f"{CHECKPOINT_FORMAT!r})")
+        raise CheckpointError(
+            f"{path} is a PyTorch file but not a companion checkpoint (no format marker {CHECKPOINT_FORMAT!r})"
+        )
     version = checkpoint.get("format_version")
     if not isinstance(version, int) or version > CHECKPOINT_FORMAT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint format version {version!r}; this companion reads up to "
-                              f"{CHECKPOINT_FORMAT_VERSION} (upgrade companion)")
+        raise CheckpointError(
+            f"{path} has checkpoint format version {version!r}; this companion reads up to "
+            f"{CHECKPOINT_FORMAT_VERSION} (upgrade companion)"
+        )
     for key in ("model_config", "model_state", "step"):
         if key not in checkpoint:
             raise CheckpointError(f"{path} lacks the entry {key!r}; the file is damaged")
     if verify and checkpoint.get("content_sha256") != _digest(checkpoint):
-        raise CheckpointError(f"{path} is corrupt: its contents do not match the digest recorded when it was "
-                              "written (bytes changed on disk). Use an earlier checkpoint.")
+        raise CheckpointError(
+            f"{path} is corrupt: its contents do not match the digest recorded when it was "
+            "written (bytes changed on disk). Use an earlier checkpoint."
+        )
     bad = nonfinite_tensors(checkpoint)
     if bad:
-        raise CheckpointError(f"{path} is unusable: {_describe_nonfinite(bad)}. It was written by a run that "
-                              "diverged; use an earlier checkpoint.")
+        raise CheckpointError(
+            f"{path} is unusable: {_describe_nonfinite(bad)}. It was written by a run that "
+            "diverged; use an earlier checkpoint."
+        )
     try:
         check_model_config(checkpoint["model_config"])
     except CheckpointError as error:
@@ -358,11 +384,14 @@ def check_model_config(values: Any) -> Any:
 
 def _config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     keys = sorted(set(saved) | set(current))
-    return [f"{k}: checkpoint {saved.get(k)!r} vs model {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)]
+    return [
+        f"{k}: checkpoint {saved.get(k)!r} vs model {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)
+    ]
 
 
-def check_compatible(checkpoint: Mapping[str, Any], model_config: Any = None,
-                     tokenizers: Mapping[str, Any] | None = None) -> None:
+def check_compatible(
+    checkpoint: Mapping[str, Any], model_config: Any = None, tokenizers: Mapping[str, Any] | None = None
+) -> None:
     """Raise :class:`CheckpointError` if ``checkpoint`` was written for another model config or vocabulary.
 
     ``model_config`` is a TransformerConfig (or its dict); ``tokenizers`` is ``{"src", "tgt"}`` tokenizers or
@@ -372,21 +401,24 @@ def check_compatible(checkpoint: Mapping[str, Any], model_config: Any = None,
         current = model_config.to_dict() if hasattr(model_config, "to_dict") else dict(model_config)
         differences = _config_differences(checkpoint["model_config"], current)
         if differences:
-            raise CheckpointError("the checkpoint was written for another model configuration: "
-                                  + "; ".join(differences))
+            raise CheckpointError(
+                "the checkpoint was written for another model configuration: " + "; ".join(differences)
+            )
     if tokenizers is not None:
         saved = checkpoint.get("tokenizers")
         current_tok = _tokenizer_dicts(tokenizers)
         if saved is None:
-            raise CheckpointError("the checkpoint has no vocabularies (a synthetic-task model), but tokenizers "
-                                  "were given")
+            raise CheckpointError(
+                "the checkpoint has no vocabularies (a synthetic-task model), but tokenizers were given"
+            )
         assert current_tok is not None
         for side in ("src", "tgt"):
             if saved[side] != current_tok[side]:
                 raise CheckpointError(
                     f"the checkpoint's {side} vocabulary differs from the given tokenizer "
                     f"({_describe_tokenizer(saved[side])} vs {_describe_tokenizer(current_tok[side])}); "
-                    "it was trained with another vocabulary")
+                    "it was trained with another vocabulary"
+                )
 
 
 def _describe_tokenizer(values: Mapping[str, Any]) -> str:
@@ -404,8 +436,9 @@ def load_model_weights(model: nn.Module, checkpoint: Mapping[str, Any]) -> None:
         raise CheckpointError(f"the checkpoint's weights do not fit the model: {str(error)[:500]}") from error
 
 
-def model_from_checkpoint(checkpoint: Mapping[str, Any] | str | os.PathLike,
-                          device: str | torch.device = "cpu") -> nn.Module:
+def model_from_checkpoint(
+    checkpoint: Mapping[str, Any] | str | os.PathLike, device: str | torch.device = "cpu"
+) -> nn.Module:
     """Build the :class:`~companion.model.Transformer` a checkpoint describes, with its weights, in eval mode."""
     from .model import Transformer
 
@@ -423,8 +456,10 @@ def tokenizers_from_checkpoint(checkpoint: Mapping[str, Any]) -> tuple[Any, Any]
 
     saved = checkpoint.get("tokenizers")
     if not saved:
-        raise CheckpointError("this checkpoint has no vocabularies (it was trained on a synthetic task), so it "
-                              "cannot translate or evaluate text")
+        raise CheckpointError(
+            "this checkpoint has no vocabularies (it was trained on a synthetic task), so it "
+            "cannot translate or evaluate text"
+        )
     if not isinstance(saved, Mapping):
         raise CheckpointError(f"the checkpoint's tokenizers entry must be a dict, got {type(saved).__name__}")
     rebuilt = []
@@ -522,8 +557,10 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> dict[str, Any]:
         last = checkpoint
     assert last is not None
     count = len(paths)
-    averaged = {name: (sums[name] / count).to(tensor.dtype) if name in sums else tensor
-                for name, tensor in last["model_state"].items()}
+    averaged = {
+        name: (sums[name] / count).to(tensor.dtype) if name in sums else tensor
+        for name, tensor in last["model_state"].items()
+    }
     result = {k: v for k, v in last.items() if k not in ("trainer_state", "content_sha256")}
     result.update(model_state=averaged, trainer_state=None, averaged_from=[Path(p).name for p in paths])
     return result

@@ -45,30 +45,39 @@ __all__ = ["main", "build_parser"]
 def build_parser() -> argparse.ArgumentParser:
     """The ``companion`` argument parser with its three sub-commands (flags from the run configs' fields)."""
     parser = argparse.ArgumentParser(
-        prog="companion", description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
-        epilog="Run 'companion COMMAND --help' for the flags of each command.")
+        prog="companion",
+        description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
+        epilog="Run 'companion COMMAND --help' for the flags of each command.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = sub.add_parser(
-        "train", argument_default=argparse.SUPPRESS, help="train a model (Multi30k or a synthetic task)",
+        "train",
+        argument_default=argparse.SUPPRESS,
+        help="train a model (Multi30k or a synthetic task)",
         description="Train a Transformer with the paper's recipe (Adam 0.9/0.98/1e-9, warmup + inverse-square-root "
-                    "learning rate, label smoothing, dropout). Writes DIR/run.json, DIR/metrics.jsonl (JSON lines) "
-                    "and DIR/checkpoints/step_*.pt. Several processes: torchrun --nproc_per_node N -m companion "
-                    "train ...",
-        epilog=DEFAULTS_NOTE)
+        "learning rate, label smoothing, dropout). Writes DIR/run.json, DIR/metrics.jsonl (JSON lines) "
+        "and DIR/checkpoints/step_*.pt. Several processes: torchrun --nproc_per_node N -m companion "
+        "train ...",
+        epilog=DEFAULTS_NOTE,
+    )
     add_options(train, RunConfig, suppress_defaults=True)
 
     translate = sub.add_parser(
-        "translate", help="translate sentences, one per line (stdin -> stdout)",
+        "translate",
+        help="translate sentences, one per line (stdin -> stdout)",
         description="Translate one sentence per line from --input (or stdin) to stdout, in the same order. An "
-                    "empty input line gives an empty output line. Sentences longer than the model's max_len are "
-                    "truncated with a warning.")
+        "empty input line gives an empty output line. Sentences longer than the model's max_len are "
+        "truncated with a warning.",
+    )
     add_options(translate, TranslateConfig)
 
     evaluate = sub.add_parser(
-        "evaluate", help="BLEU and chrF (sacreBLEU) on a Multi30k split",
+        "evaluate",
+        help="BLEU and chrF (sacreBLEU) on a Multi30k split",
         description="Translate a Multi30k split with the checkpoint and score it with sacreBLEU (BLEU and chrF on "
-                    "detokenized text; the signatures are printed).")
+        "detokenized text; the signatures are printed).",
+    )
     add_options(evaluate, EvaluateConfig)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
@@ -99,8 +108,10 @@ def decode_utf8(data: bytes, where: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise RunError(f"{where}: line {line} is not UTF-8 text (byte(s) {data[error.start:error.end]!r} at "
-                       f"offset {error.start}); translate reads UTF-8, one sentence per line") from None
+        raise RunError(
+            f"{where}: line {line} is not UTF-8 text (byte(s) {data[error.start : error.end]!r} at "
+            f"offset {error.start}); translate reads UTF-8, one sentence per line"
+        ) from None
 
 
 def _read_lines(path: str | None, stdin: TextIO) -> list[str]:
@@ -120,9 +131,11 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
     if as_json:
         stdout.write(json.dumps({k: v for k, v in result.items() if k != "hypotheses"}, indent=2) + "\n")
     else:
-        stdout.write(f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
-                     f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, "
-                     f"step {result['step']})\n")
+        stdout.write(
+            f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
+            f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, "
+            f"step {result['step']})\n"
+        )
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
     stdout.flush()

@@ -16,7 +16,8 @@ Neither search emits ``<pad>`` or ``<bos>``; the returned id lists hold neither 
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Sequence, overload
+from collections.abc import Sequence
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +28,16 @@ from .devices import resolve_device
 from .errors import NonFiniteOutputError
 from .model import Transformer, eval_mode
 
-__all__ = ["length_penalty", "max_output_lengths", "record_greedy_step", "greedy_decode", "beam_search", "score_hypotheses", "translate",
-           "translate_ids"]
+__all__ = [
+    "length_penalty",
+    "max_output_lengths",
+    "record_greedy_step",
+    "greedy_decode",
+    "beam_search",
+    "score_hypotheses",
+    "translate",
+    "translate_ids",
+]
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -58,8 +67,9 @@ def _check_inputs(model: object, src: object, max_extra_len: object, bos_id: int
     return src
 
 
-def _next_logits(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                 cache, bos_id: int) -> torch.Tensor:
+def _next_logits(
+    model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache, bos_id: int
+) -> torch.Tensor:
     """Logits of the next token ``[rows, tgt_vocab]`` (float32) given the newest tokens ``last [rows, 1]``.
 
     ``<pad>`` and ``<bos>`` are never generated: their logits are set to -inf.
@@ -68,20 +78,23 @@ def _next_logits(model: Transformer, last: torch.Tensor, memory: torch.Tensor, s
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteOutputError(
             "the model's next-token scores hold inf or nan, so no token can be chosen: its weights are broken "
-            "(a diverged run?). Decode with a checkpoint whose weights are finite.")
+            "(a diverged run?). Decode with a checkpoint whose weights are finite."
+        )
     logits[:, model.config.pad_id] = float("-inf")
     logits[:, bos_id] = float("-inf")
     return logits
 
 
-def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                    cache, bos_id: int) -> torch.Tensor:
+def _next_log_probs(
+    model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache, bos_id: int
+) -> torch.Tensor:
     """Log-probabilities of the next token ``[rows, tgt_vocab]``; ``<pad>`` and ``<bos>`` get -inf."""
     return F.log_softmax(_next_logits(model, last, memory, src_mask, cache, bos_id), dim=-1)
 
 
-def record_greedy_step(tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int],
-                   eos_id: int) -> list[int]:
+def record_greedy_step(
+    tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int], eos_id: int
+) -> list[int]:
     """Greedy bookkeeping for one step: append each running row's new token ``tokens [rows]`` to its sentence's
     output; returns the rows still decoding (not ended by ``<eos>``, not at their length limit).
 
@@ -100,8 +113,9 @@ def record_greedy_step(tokens: torch.Tensor, running: list[int], outputs: list[l
 
 
 @torch.no_grad()
-def greedy_decode(model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID,
-                  eos_id: int = EOS_ID) -> list[list[int]]:
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+) -> list[list[int]]:
     """Pick the most probable token at every step, for each sentence of ``src [batch, n]`` (right-padded).
 
     Returns one list of token ids per sentence, without ``<bos>``/``<eos>``; a sentence that reaches its
@@ -149,21 +163,45 @@ class _Hypotheses:
 
 
 @overload
-def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                return_scores: Literal[False] = False) -> list[list[int]]: ...
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    return_scores: Literal[False] = False,
+) -> list[list[int]]: ...
 
 
 @overload
-def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                return_scores: Literal[True]) -> tuple[list[list[int]], list[float]]: ...
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    return_scores: Literal[True],
+) -> tuple[list[list[int]], list[float]]: ...
 
 
 @torch.no_grad()
-def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                return_scores: bool = False) -> list[list[int]] | tuple[list[list[int]], list[float]]:
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    return_scores: bool = False,
+) -> list[list[int]] | tuple[list[list[int]], list[float]]:
     """Beam search for each sentence of ``src [batch, n]`` (right-padded), all sentences at once.
 
     At every step each of the ``beam_size`` running hypotheses of a sentence is extended by every token and
@@ -187,8 +225,9 @@ def beam_search(model: Transformer, src: torch.Tensor, *, beam_size: int = 4, al
     return (tokens, [score for score, _ in best]) if return_scores else tokens
 
 
-def _beam_search(model: Transformer, src: torch.Tensor, k: int, alpha: float, max_extra_len: int,
-                 bos_id: int, eos_id: int) -> list[_Hypotheses]:
+def _beam_search(
+    model: Transformer, src: torch.Tensor, k: int, alpha: float, max_extra_len: int, bos_id: int, eos_id: int
+) -> list[_Hypotheses]:
     """The search loop. Rows are ``sentence * k + beam`` for the sentences still ``running``."""
     memory, src_mask = model.encode(src)
     limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
@@ -273,8 +312,15 @@ def _stop_or_keep(finished, running, scores, tokens, limits, k, step, alpha) -> 
 
 
 @torch.no_grad()
-def score_hypotheses(model: Transformer, src: torch.Tensor, hypotheses: Sequence[Sequence[int]], *,
-                     alpha: float = 0.6, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> list[float]:
+def score_hypotheses(
+    model: Transformer,
+    src: torch.Tensor,
+    hypotheses: Sequence[Sequence[int]],
+    *,
+    alpha: float = 0.6,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[float]:
     """Teacher-forced score ``log P(y + <eos> | x) / lp(len(y) + 1)`` of one hypothesis per source sentence.
 
     ``src [batch, n]``; ``hypotheses`` holds ``batch`` lists of ids without ``<bos>``/``<eos>``. Uses the
@@ -296,9 +342,17 @@ def score_hypotheses(model: Transformer, src: torch.Tensor, hypotheses: Sequence
     return [float(lp) / float(length_penalty(len(h) + 1, alpha)) for lp, h in zip(log_probs, hypotheses)]
 
 
-def translate(model: Transformer, sentences: Sequence[str], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-              *, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
-              device: torch.device | str | None = None) -> list[str]:
+def translate(
+    model: Transformer,
+    sentences: Sequence[str],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+) -> list[str]:
     """Translate ``sentences`` (plain text) and return detokenized translations in the same order.
 
     Sentences are sorted by length into batches of ``batch_size`` to limit padding. ``beam_size=1`` is
@@ -311,14 +365,30 @@ def translate(model: Transformer, sentences: Sequence[str], src_tokenizer: Token
     check_positive_int("batch_size", batch_size)
     check_positive_int("beam_size", beam_size)
     sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
-    ids = translate_ids(model, sources, beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device,
-                        bos_id=tgt_tokenizer.bos_id, eos_id=tgt_tokenizer.eos_id)
+    ids = translate_ids(
+        model,
+        sources,
+        beam_size=beam_size,
+        alpha=alpha,
+        batch_size=batch_size,
+        device=device,
+        bos_id=tgt_tokenizer.bos_id,
+        eos_id=tgt_tokenizer.eos_id,
+    )
     return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
 
 
-def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_size: int = 4, alpha: float = 0.6,
-                  batch_size: int = 64, device: torch.device | str | None = None, bos_id: int = BOS_ID,
-                  eos_id: int = EOS_ID) -> list[list[int]]:
+def translate_ids(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[int]]:
     """Decode already tokenized sources (id lists ending in ``<eos>``); returns output ids in the same order.
 
     The id-level half of :func:`translate`, for machines without the tokenizers' libraries: sources are sorted
@@ -336,7 +406,7 @@ def translate_ids(model: Transformer, sources: Sequence[Sequence[int]], *, beam_
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in rows]
     for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+        chunk = order[start : start + batch_size]
         src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
         if beam_size == 1:
             hypotheses = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
@@ -354,7 +424,8 @@ def _encode_sources(sentences: list[str], tokenizer: Tokenizer, max_len: int) ->
     encoded = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
     too_long = sum(len(ids) > max_len for ids in encoded)
     if too_long:
-        warnings.warn(f"translate: truncated {too_long} source sentence(s) to the model's max_len={max_len} "
-                      "tokens", stacklevel=3)
+        warnings.warn(
+            f"translate: truncated {too_long} source sentence(s) to the model's max_len={max_len} tokens", stacklevel=3
+        )
         encoded = [ids[: max_len - 1] + [tokenizer.eos_id] if len(ids) > max_len else ids for ids in encoded]
     return encoded

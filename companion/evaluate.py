@@ -10,7 +10,7 @@ log-likelihood per target token, padding excluded.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +33,9 @@ def _check_corpus(hypotheses: object, references: object) -> tuple[list[str], li
                 raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
         checked.append(list(texts))
     if len(checked[0]) != len(checked[1]):
-        raise ValueError(f"hypotheses and references must have the same length, got {len(checked[0])} and "
-                         f"{len(checked[1])}")
+        raise ValueError(
+            f"hypotheses and references must have the same length, got {len(checked[0])} and {len(checked[1])}"
+        )
     if not checked[0]:
         raise ValueError("hypotheses must not be empty")
     return checked[0], checked[1]
@@ -78,17 +79,28 @@ def perplexity(model: Transformer, batches: Iterable[Batch], device: torch.devic
                 raise TypeError(f"batches must hold companion Batch objects, got {type(batch).__name__}")
             batch = batch.to(device)
             logits = model(batch.src, batch.tgt_in).float()
-            total_nll += float(F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
-                                               ignore_index=model.config.pad_id, reduction="sum"))
+            total_nll += float(
+                F.cross_entropy(
+                    logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=model.config.pad_id, reduction="sum"
+                )
+            )
             total_tokens += int((batch.tgt_out != model.config.pad_id).sum())
     if total_tokens == 0:
         raise ValueError("batches hold no target tokens: perplexity is undefined")
     return math.exp(total_nll / total_tokens)
 
 
-def evaluate_translation(model: Transformer, pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer,
-                         tgt_tokenizer: Tokenizer, *, beam_size: int = 4, alpha: float = 0.6, batch_size: int = 64,
-                         device: torch.device | str | None = None) -> dict:
+def evaluate_translation(
+    model: Transformer,
+    pairs: Sequence[tuple[str, str]],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+) -> dict:
     """Translate the sources of ``pairs`` (raw text) and score them against the raw targets.
 
     Returns ``{"bleu", "bleu_signature", "chrf", "chrf_signature", "hypotheses"}`` (hypotheses in the order
@@ -99,9 +111,22 @@ def evaluate_translation(model: Transformer, pairs: Sequence[tuple[str, str]], s
         raise ValueError("pairs must not be empty")
     sources = [source for source, _ in pairs]
     references = [target for _, target in pairs]
-    hypotheses = translate(model, sources, src_tokenizer, tgt_tokenizer, beam_size=beam_size, alpha=alpha,
-                           batch_size=batch_size, device=device)
+    hypotheses = translate(
+        model,
+        sources,
+        src_tokenizer,
+        tgt_tokenizer,
+        beam_size=beam_size,
+        alpha=alpha,
+        batch_size=batch_size,
+        device=device,
+    )
     bleu, bleu_signature = corpus_bleu(hypotheses, references)
     chrf, chrf_signature = corpus_chrf(hypotheses, references)
-    return {"bleu": bleu, "bleu_signature": bleu_signature, "chrf": chrf, "chrf_signature": chrf_signature,
-            "hypotheses": hypotheses}
+    return {
+        "bleu": bleu,
+        "bleu_signature": bleu_signature,
+        "chrf": chrf,
+        "chrf_signature": chrf_signature,
+        "hypotheses": hypotheses,
+    }

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,17 +46,21 @@ __all__ = [
 # with each name live in companion.runs.TRAINING_PRESETS).
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # a few seconds on a laptop CPU: tests and quick starts
-    "tiny": dict(d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.1,
-                 norm_first=False),
+    "tiny": dict(
+        d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.1, norm_first=False
+    ),
     # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py: many small steps beat a wider model)
-    "small": dict(d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1,
-                  norm_first=False),
+    "small": dict(
+        d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1, norm_first=False
+    ),
     # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
-    "base": dict(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1,
-                 norm_first=False),
+    "base": dict(
+        d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1, norm_first=False
+    ),
     # the paper's big model: 213M parameters
-    "big": dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3,
-                norm_first=False),
+    "big": dict(
+        d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3, norm_first=False
+    ),
 }
 
 
@@ -107,8 +112,7 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if self.d_model % self.num_heads:
             raise ValueError(
-                f"d_model must be divisible by num_heads, got d_model={self.d_model} and "
-                f"num_heads={self.num_heads}"
+                f"d_model must be divisible by num_heads, got d_model={self.d_model} and num_heads={self.num_heads}"
             )
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
@@ -134,7 +138,7 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @classmethod
-    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
+    def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
         """The model shape ``MODEL_PRESETS[name]`` (``"tiny"``, ``"small"``, ``"base"``, ``"big"``).
 
         With equal vocabulary sizes the embeddings are shared; the output projection is always tied to the
@@ -147,7 +151,7 @@ class TransformerConfig:
         return cls(src_vocab_size, tgt_vocab_size, **settings)
 
     @classmethod
-    def base(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
+    def base(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
         """The paper's base model: N=6, d_model=512, d_ff=2048, h=8, P_drop=0.1 (65M parameters).
 
         With equal vocabulary sizes the embeddings are shared and tied to the output, as in the paper.
@@ -155,7 +159,7 @@ class TransformerConfig:
         return cls.from_preset("base", src_vocab_size, tgt_vocab_size, **overrides)
 
     @classmethod
-    def big(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
+    def big(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
         """The paper's big model: N=6, d_model=1024, d_ff=4096, h=16, P_drop=0.3 (213M parameters)."""
         return cls.from_preset("big", src_vocab_size, tgt_vocab_size, **overrides)
 
@@ -164,7 +168,7 @@ class TransformerConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
@@ -410,9 +414,7 @@ class Transformer(nn.Module):
         check_tensor("memory", memory, dims=3)
         check_last_dim("memory", memory, self.config.d_model)
         if memory.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"memory and tgt must have the same batch size, got {memory.shape[0]} and {tgt.shape[0]}"
-            )
+            raise ValueError(f"memory and tgt must have the same batch size, got {memory.shape[0]} and {tgt.shape[0]}")
         if src_mask is not None:
             check_tensor("src_mask", src_mask)
             expected = (memory.shape[0], 1, 1, memory.shape[1])

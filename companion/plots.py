@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -57,8 +58,9 @@ def _as_heads_array(weights: object):
     elif isinstance(weights, np.ndarray):
         array = weights.astype(float)
     else:
-        raise TypeError(f"weights must be a torch.Tensor or numpy array [heads, q_len, k_len], got "
-                        f"{type(weights).__name__}")
+        raise TypeError(
+            f"weights must be a torch.Tensor or numpy array [heads, q_len, k_len], got {type(weights).__name__}"
+        )
     if array.ndim != 3:
         hint = " (index the batch first, e.g. weights[0])" if array.ndim == 4 else ""
         raise ValueError(f"weights must have 3 dimensions [heads, q_len, k_len], got shape {array.shape}{hint}")
@@ -67,9 +69,18 @@ def _as_heads_array(weights: object):
     return array
 
 
-def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str], *,
-                         title: str | None = None, ncols: int = 4, panel_size: float = 2.8,
-                         xlabel: str = "key token", ylabel: str = "query token", vmax: float | None = 1.0):
+def plot_attention_heads(
+    weights: torch.Tensor,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str],
+    *,
+    title: str | None = None,
+    ncols: int = 4,
+    panel_size: float = 2.8,
+    xlabel: str = "key token",
+    ylabel: str = "query token",
+    vmax: float | None = 1.0,
+):
     """One heatmap per attention head, with tokens on the axes; returns the matplotlib ``Figure``.
 
     Args:
@@ -90,7 +101,9 @@ def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str], key
     heads, q_len, k_len = array.shape
     query_tokens, key_tokens = list(query_tokens), list(key_tokens)
     if len(query_tokens) != q_len:
-        raise ValueError(f"query_tokens must hold q_len={q_len} labels (weights {array.shape}), got {len(query_tokens)}")
+        raise ValueError(
+            f"query_tokens must hold q_len={q_len} labels (weights {array.shape}), got {len(query_tokens)}"
+        )
     if len(key_tokens) != k_len:
         raise ValueError(f"key_tokens must hold k_len={k_len} labels (weights {array.shape}), got {len(key_tokens)}")
     if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
@@ -100,8 +113,13 @@ def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str], key
     ncols = min(ncols, heads)
     nrows = math.ceil(heads / ncols)
     height = panel_size * max(q_len, 1) / max(k_len, 1)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size * ncols + 1.2, (height + 1.3) * nrows + 0.4),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(panel_size * ncols + 1.2, (height + 1.3) * nrows + 0.4),
+        squeeze=False,
+        layout="constrained",
+    )
     top = float(array.max()) if vmax is None else vmax
     image = None
     for head in range(nrows * ncols):
@@ -149,8 +167,9 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def plot_learning_curves(runs: Mapping[str, str | os.PathLike | Mapping[str, list[dict[str, Any]]]], *,
-                         metric: str = "nll", ax=None):
+def plot_learning_curves(
+    runs: Mapping[str, str | os.PathLike | Mapping[str, list[dict[str, Any]]]], *, metric: str = "nll", ax=None
+):
     """Training and validation curves of one or more runs on one axis; returns the matplotlib ``Axes``.
 
     Args:
@@ -180,10 +199,18 @@ def plot_learning_curves(runs: Mapping[str, str | os.PathLike | Mapping[str, lis
             (line,) = ax.plot([r["step"] for r in train], [r[metric] for r in train], label=f"{label}: train")
             color = line.get_color()
         if valid:
-            ax.plot([r["step"] for r in valid], [r[f"valid_{metric}"] for r in valid], "o--", color=color,
-                    label=f"{label}: validation")
-    names = {"nll": "negative log-likelihood per token (nats)", "loss": "training loss per token (nats)",
-             "ppl": "perplexity (log scale)"}
+            ax.plot(
+                [r["step"] for r in valid],
+                [r[f"valid_{metric}"] for r in valid],
+                "o--",
+                color=color,
+                label=f"{label}: validation",
+            )
+    names = {
+        "nll": "negative log-likelihood per token (nats)",
+        "loss": "training loss per token (nats)",
+        "ppl": "perplexity (log scale)",
+    }
     if metric == "ppl":
         ax.set_yscale("log")
     ax.set_xlabel("optimizer step")

@@ -21,9 +21,10 @@ import hashlib
 import os
 import tempfile
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -40,9 +41,9 @@ _REPOSITORY_RAW = "https://github.com/attention-executed/attention-executed/raw/
 
 # name -> file name and SHA-256 of the shipped file (checked after a download)
 PRETRAINED_MODELS: dict[str, dict[str, str]] = {
-    "multi30k-de-en-small": {
+    "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
         "file": "de-en-small.pt",
-        "sha256": "54bad05f4fd25d336f792e7b9b990454da5ea493070633d00b8b56c4c1ac8ce5",  # filled in by tools/make_pretrained.py
+        "sha256": "54bad05f4fd25d336f792e7b9b990454da5ea493070633d00b8b56c4c1ac8ce5",
         "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
 }
@@ -64,8 +65,9 @@ class PretrainedModel:
 
     def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6) -> list[str]:
         """Translate plain-text ``sentences``; returns detokenized translations in the same order."""
-        return translate(self.model, list(sentences), self.src_tokenizer, self.tgt_tokenizer,
-                         beam_size=beam_size, alpha=alpha)
+        return translate(
+            self.model, list(sentences), self.src_tokenizer, self.tgt_tokenizer, beam_size=beam_size, alpha=alpha
+        )
 
 
 def _candidates(file_name: str) -> list[Path]:
@@ -107,7 +109,8 @@ def _download(name: str, entry: dict[str, str]) -> Path:
         raise PretrainedUnavailableError(
             f"the pretrained model {name!r} is not on this machine and downloading it from {url} failed "
             f"({type(error).__name__}: {error}). Put {entry['file']} (from the repository's pretrained/ folder) "
-            f"into a folder and set {PRETRAINED_DIR_ENV}=FOLDER, or pass path=...") from error
+            f"into a folder and set {PRETRAINED_DIR_ENV}=FOLDER, or pass path=..."
+        ) from error
     finally:
         Path(temporary).unlink(missing_ok=True)
     return target
@@ -124,12 +127,18 @@ def pretrained_path(name: str = "multi30k-de-en-small", *, download: bool = True
     if not download:
         raise PretrainedUnavailableError(
             f"the pretrained model {name!r} ({entry['file']}) is not on this machine; looked in "
-            f"{', '.join(str(c.parent) for c in _candidates(entry['file']))}")
+            f"{', '.join(str(c.parent) for c in _candidates(entry['file']))}"
+        )
     return _download(name, entry)
 
 
-def load_pretrained(name: str = "multi30k-de-en-small", *, path: str | os.PathLike | None = None,
-                    device: str | torch.device = "cpu", download: bool = True) -> PretrainedModel:
+def load_pretrained(
+    name: str = "multi30k-de-en-small",
+    *,
+    path: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    download: bool = True,
+) -> PretrainedModel:
     """Load the book's trained model (see the module docstring for where it is looked for).
 
     Args:

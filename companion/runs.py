@@ -77,8 +77,14 @@ TRAINING_PRESETS: dict[str, dict[str, Any]] = {
     "big": dict(max_tokens=25000, warmup=4000, lr_factor=1.0),
 }
 # RunConfig's model fields and the TransformerConfig fields of MODEL_PRESETS they are read from.
-_PRESET_MODEL_FIELDS = {"d_model": "d_model", "num_heads": "num_heads", "layers": "num_encoder_layers",
-                        "d_ff": "d_ff", "dropout": "dropout", "norm_first": "norm_first"}
+_PRESET_MODEL_FIELDS = {
+    "d_model": "d_model",
+    "num_heads": "num_heads",
+    "layers": "num_encoder_layers",
+    "d_ff": "d_ff",
+    "dropout": "dropout",
+    "norm_first": "norm_first",
+}
 # What a run writes into its folder (all that --overwrite deletes).
 RUN_ARTIFACTS = ("run.json", "metrics.jsonl", "checkpoints", "averaged.pt")
 
@@ -92,7 +98,8 @@ DEFAULTS_NOTE = (
     "the result the README reports, from a 20-minute run): --preset small, --tokenizer word, and with "
     "--max-minutes a checkpoint every minute (--save-every-minutes 1) of which the last 5 are averaged into "
     "DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So 'companion train --src de --tgt en "
-    "--max-minutes 20 --out DIR' runs that setting; every flag given explicitly overrides its default.")
+    "--max-minutes 20 --out DIR' runs that setting; every flag given explicitly overrides its default."
+)
 
 # The largest length-penalty alpha accepted: the paper tuned alpha in [0.6, 1.0]; far above that the penalty
 # ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis.
@@ -104,9 +111,18 @@ _LIMITS_GROUP = "limits (training stops at the first one reached; set at least o
 # --------------------------------------------------------------------------------------------------------
 # Declaring options
 # --------------------------------------------------------------------------------------------------------
-def option(default: Any, help: str, *, flag: str | None = None, metavar: str | None = None,
-           choices: Sequence[Any] | None = None, group: str | None = None, resumable: bool = False,
-           switches: Mapping[str, tuple[Any, str]] | None = None, required: bool = False) -> Any:
+def option(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    choices: Sequence[Any] | None = None,
+    group: str | None = None,
+    resumable: bool = False,
+    switches: Mapping[str, tuple[Any, str]] | None = None,
+    required: bool = False,
+) -> Any:
     """A dataclass field that is also a command-line option.
 
     Args:
@@ -123,9 +139,18 @@ def option(default: Any, help: str, *, flag: str | None = None, metavar: str | N
             ``{"--norm-first": (True, help), "--post-ln": (False, help)}`` (``help`` is then unused).
         required: the option has no default and must be given.
     """
-    metadata = {"option": dict(help=help, flag=flag, metavar=metavar, choices=tuple(choices) if choices else None,
-                               group=group, resumable=resumable, switches=dict(switches) if switches else None,
-                               required=required)}
+    metadata = {
+        "option": dict(
+            help=help,
+            flag=flag,
+            metavar=metavar,
+            choices=tuple(choices) if choices else None,
+            group=group,
+            resumable=resumable,
+            switches=dict(switches) if switches else None,
+            required=required,
+        )
+    }
     if required:
         return field(metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -202,8 +227,11 @@ def _positive_number(config: Any, *names: str, allow_none: bool = False) -> None
         value = getattr(config, name)
         if value is None and allow_none:
             continue
-        setattr(config, name, check_number(flag_of(type(config), name), value, low=0, low_inclusive=False,
-                                           high=OPTION_LIMITS.get(name)))
+        setattr(
+            config,
+            name,
+            check_number(flag_of(type(config), name), value, low=0, low_inclusive=False, high=OPTION_LIMITS.get(name)),
+        )
 
 
 def _fraction(config: Any, name: str) -> None:
@@ -218,10 +246,12 @@ def _preset_help() -> str:
     parts = []
     for name, shape in MODEL_PRESETS.items():
         train = TRAINING_PRESETS[name]
-        parts.append(f"{name}: d_model={shape['d_model']} layers={shape['num_encoder_layers']} d_ff={shape['d_ff']} "
-                     f"heads={shape['num_heads']} dropout={shape['dropout']} "
-                     f"{'pre-LN' if shape['norm_first'] else 'post-LN'} max_tokens={train['max_tokens']} "
-                     f"warmup={train['warmup']} lr_factor={train['lr_factor']}")
+        parts.append(
+            f"{name}: d_model={shape['d_model']} layers={shape['num_encoder_layers']} d_ff={shape['d_ff']} "
+            f"heads={shape['num_heads']} dropout={shape['dropout']} "
+            f"{'pre-LN' if shape['norm_first'] else 'post-LN'} max_tokens={train['max_tokens']} "
+            f"warmup={train['warmup']} lr_factor={train['lr_factor']}"
+        )
     return "; ".join(parts)
 
 
@@ -238,102 +268,203 @@ class RunConfig:
     """
 
     # -- data ------------------------------------------------------------------------------------------
-    task: str = option("multi30k", "what to learn: Multi30k translation or a synthetic toy task (default: "
-                       "{default})", choices=["multi30k", "copy", "reverse", "sort"], group="data")
+    task: str = option(
+        "multi30k",
+        "what to learn: Multi30k translation or a synthetic toy task (default: {default})",
+        choices=["multi30k", "copy", "reverse", "sort"],
+        group="data",
+    )
     src: str = option("en", "source language (default: {default})", choices=["en", "de"], group="data")
     tgt: str = option("de", "target language (default: {default})", choices=["en", "de"], group="data")
     data_dir: str | None = option(
-        None, "folder with Multi30k's train/val/test_2016_flickr .en/.de(.gz) files (default: $COMPANION_DATA_DIR, "
-        "else the Hugging Face hub bentrevett/multi30k)", metavar="DIR", group="data", resumable=True)
-    tokenizer: str = option("word", "word: spaCy words, one vocabulary per language (the measured best on Multi30k, "
-                            "see --help's epilog); bpe: byte-pair subwords shared by both languages, as in the "
-                            "paper (default: {default})", choices=["word", "bpe"], group="data")
-    vocab_size: int = option(8000, "size of the shared BPE vocabulary (default: {default})", metavar="N",
-                             group="data")
-    min_freq: int = option(2, "word tokenizer: words seen fewer times become <unk> (default: {default})",
-                           metavar="N", group="data")
+        None,
+        "folder with Multi30k's train/val/test_2016_flickr .en/.de(.gz) files (default: $COMPANION_DATA_DIR, "
+        "else the Hugging Face hub bentrevett/multi30k)",
+        metavar="DIR",
+        group="data",
+        resumable=True,
+    )
+    tokenizer: str = option(
+        "word",
+        "word: spaCy words, one vocabulary per language (the measured best on Multi30k, "
+        "see --help's epilog); bpe: byte-pair subwords shared by both languages, as in the "
+        "paper (default: {default})",
+        choices=["word", "bpe"],
+        group="data",
+    )
+    vocab_size: int = option(8000, "size of the shared BPE vocabulary (default: {default})", metavar="N", group="data")
+    min_freq: int = option(
+        2, "word tokenizer: words seen fewer times become <unk> (default: {default})", metavar="N", group="data"
+    )
     max_tokens: int | None = option(
-        None, "tokens per batch (batch size x longest sentence, per side; the paper: 25000 over all GPUs). Under "
-        "torchrun this is the global batch, split between processes (default: from the preset)", metavar="N",
-        group="data")
-    limit_train: int | None = option(None, "use only the first N training pairs (quick experiments; vocabularies "
-                                     "come from them too)", metavar="N", group="data")
-    num_examples: int = option(20000, "synthetic tasks: training examples (default: {default})", metavar="N",
-                               group="data")
-    synthetic_vocab: int = option(20, "synthetic tasks: vocabulary size incl. 4 specials (default: {default})",
-                                  metavar="N", group="data")
-    synthetic_max_len: int = option(10, "synthetic tasks: longest sequence (default: {default})", metavar="N",
-                                    group="data")
+        None,
+        "tokens per batch (batch size x longest sentence, per side; the paper: 25000 over all GPUs). Under "
+        "torchrun this is the global batch, split between processes (default: from the preset)",
+        metavar="N",
+        group="data",
+    )
+    limit_train: int | None = option(
+        None,
+        "use only the first N training pairs (quick experiments; vocabularies come from them too)",
+        metavar="N",
+        group="data",
+    )
+    num_examples: int = option(
+        20000, "synthetic tasks: training examples (default: {default})", metavar="N", group="data"
+    )
+    synthetic_vocab: int = option(
+        20, "synthetic tasks: vocabulary size incl. 4 specials (default: {default})", metavar="N", group="data"
+    )
+    synthetic_max_len: int = option(
+        10, "synthetic tasks: longest sequence (default: {default})", metavar="N", group="data"
+    )
 
     # -- model -----------------------------------------------------------------------------------------
-    preset: str = option("small", "model size and matching settings: " + _preset_help() + " (default: {default})",
-                         choices=list(MODEL_PRESETS), group="model")
+    preset: str = option(
+        "small",
+        "model size and matching settings: " + _preset_help() + " (default: {default})",
+        choices=list(MODEL_PRESETS),
+        group="model",
+    )
     d_model: int | None = option(None, "model width (default: from the preset)", metavar="N", group="model")
-    num_heads: int | None = option(None, "attention heads (default: from the preset)", flag="--heads", metavar="N",
-                                   group="model")
-    layers: int | None = option(None, "encoder layers = decoder layers (default: from the preset)", metavar="N",
-                                group="model")
-    d_ff: int | None = option(None, "feed-forward inner width (default: from the preset)", metavar="N",
-                              group="model")
+    num_heads: int | None = option(
+        None, "attention heads (default: from the preset)", flag="--heads", metavar="N", group="model"
+    )
+    layers: int | None = option(
+        None, "encoder layers = decoder layers (default: from the preset)", metavar="N", group="model"
+    )
+    d_ff: int | None = option(None, "feed-forward inner width (default: from the preset)", metavar="N", group="model")
     dropout: float | None = option(None, "dropout P_drop (default: from the preset)", metavar="P", group="model")
-    norm_first: bool | None = option(None, "", group="model", switches={
-        "--norm-first": (True, "pre-LN: LayerNorm before each sub-layer (trains faster at high learning rates)"),
-        "--post-ln": (False, "post-LN, the paper's x = LayerNorm(x + Sublayer(x)) (default: from the preset)"),
-    })
-    max_len: int = option(256, "longest sequence the model accepts; longer training sentences are truncated with "
-                          "a warning (default: {default})", metavar="N", group="model")
+    norm_first: bool | None = option(
+        None,
+        "",
+        group="model",
+        switches={
+            "--norm-first": (True, "pre-LN: LayerNorm before each sub-layer (trains faster at high learning rates)"),
+            "--post-ln": (False, "post-LN, the paper's x = LayerNorm(x + Sublayer(x)) (default: from the preset)"),
+        },
+    )
+    max_len: int = option(
+        256,
+        "longest sequence the model accepts; longer training sentences are truncated with "
+        "a warning (default: {default})",
+        metavar="N",
+        group="model",
+    )
 
     # -- optimisation ----------------------------------------------------------------------------------
-    warmup: int | None = option(None, "warmup steps of the learning-rate schedule (paper: 4000; default: from the "
-                                "preset)", metavar="STEPS", group="optimisation")
-    lr_factor: float | None = option(None, "multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step "
-                                     "warmup^-1.5) (default: from the preset)", metavar="F", group="optimisation")
-    label_smoothing: float = option(0.1, "label smoothing eps_ls (paper: 0.1; default: {default})", metavar="EPS",
-                                    group="optimisation")
-    accum_steps: int = option(1, "batches per optimizer step (gradient accumulation; default: {default})",
-                              metavar="N", group="optimisation")
-    clip_grad: float | None = option(None, "clip the gradient norm to NORM (default: no clipping, as in the paper)",
-                                     metavar="NORM", group="optimisation")
+    warmup: int | None = option(
+        None,
+        "warmup steps of the learning-rate schedule (paper: 4000; default: from the preset)",
+        metavar="STEPS",
+        group="optimisation",
+    )
+    lr_factor: float | None = option(
+        None,
+        "multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step warmup^-1.5) (default: from the preset)",
+        metavar="F",
+        group="optimisation",
+    )
+    label_smoothing: float = option(
+        0.1, "label smoothing eps_ls (paper: 0.1; default: {default})", metavar="EPS", group="optimisation"
+    )
+    accum_steps: int = option(
+        1, "batches per optimizer step (gradient accumulation; default: {default})", metavar="N", group="optimisation"
+    )
+    clip_grad: float | None = option(
+        None,
+        "clip the gradient norm to NORM (default: no clipping, as in the paper)",
+        metavar="NORM",
+        group="optimisation",
+    )
     seed: int = option(0, "random seed (default: {default})", metavar="N", group="optimisation")
 
     # -- limits ----------------------------------------------------------------------------------------
-    max_steps: int | None = option(None, "optimizer steps in total", metavar="N", group=_LIMITS_GROUP,
-                                   resumable=True)
-    max_minutes: float | None = option(None, "wall-clock minutes of training in total (summed over --resume "
-                                       "sessions)", metavar="M", group=_LIMITS_GROUP, resumable=True)
-    max_epochs: int | None = option(None, "passes over the training data", metavar="N", group=_LIMITS_GROUP,
-                                    resumable=True)
+    max_steps: int | None = option(None, "optimizer steps in total", metavar="N", group=_LIMITS_GROUP, resumable=True)
+    max_minutes: float | None = option(
+        None,
+        "wall-clock minutes of training in total (summed over --resume sessions)",
+        metavar="M",
+        group=_LIMITS_GROUP,
+        resumable=True,
+    )
+    max_epochs: int | None = option(
+        None, "passes over the training data", metavar="N", group=_LIMITS_GROUP, resumable=True
+    )
 
     # -- run -------------------------------------------------------------------------------------------
-    out: str | None = option(None, "output folder for checkpoints, metrics.jsonl and run.json (required)",
-                             metavar="DIR", group="run", resumable=True)
-    resume: bool = option(False, "continue the run in --out from its latest checkpoint (limits, device and logging "
-                          "flags may change; the rest must match)", group="run", resumable=True)
-    overwrite: bool = option(False, "delete the run already in --out (its run.json, metrics.jsonl, checkpoints/ and "
-                             "averaged.pt only) and start afresh", group="run", resumable=True)
-    device: str = option("auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
-                         metavar="DEV", group="run", resumable=True)
+    out: str | None = option(
+        None,
+        "output folder for checkpoints, metrics.jsonl and run.json (required)",
+        metavar="DIR",
+        group="run",
+        resumable=True,
+    )
+    resume: bool = option(
+        False,
+        "continue the run in --out from its latest checkpoint (limits, device and logging "
+        "flags may change; the rest must match)",
+        group="run",
+        resumable=True,
+    )
+    overwrite: bool = option(
+        False,
+        "delete the run already in --out (its run.json, metrics.jsonl, checkpoints/ and "
+        "averaged.pt only) and start afresh",
+        group="run",
+        resumable=True,
+    )
+    device: str = option(
+        "auto",
+        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
+        metavar="DEV",
+        group="run",
+        resumable=True,
+    )
     compile: bool = option(False, "compile the model with torch.compile", group="run", resumable=True)
-    threads: int | None = option(None, "CPU threads for PyTorch (default: PyTorch's choice; torchrun sets 1 per "
-                                 "process)", metavar="N", group="run", resumable=True)
-    bf16: bool = option(True, "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)", flag="--no-bf16",
-                        group="run", resumable=True)
+    threads: int | None = option(
+        None,
+        "CPU threads for PyTorch (default: PyTorch's choice; torchrun sets 1 per process)",
+        metavar="N",
+        group="run",
+        resumable=True,
+    )
+    bf16: bool = option(
+        True,
+        "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)",
+        flag="--no-bf16",
+        group="run",
+        resumable=True,
+    )
     average_last: int | None = option(
-        None, f"at the end, average the last N checkpoints into DIR/averaged.pt (paper: 5; default: "
+        None,
+        f"at the end, average the last N checkpoints into DIR/averaged.pt (paper: 5; default: "
         f"{DEFAULT_AVERAGE_LAST}, at most --keep-last, when the run writes periodic checkpoints, else 1 = no "
-        "averaging)", metavar="N", group="run", resumable=True)
-    save_every: int | None = option(None, "write a checkpoint every STEPS", metavar="STEPS", group="run",
-                                    resumable=True)
+        "averaging)",
+        metavar="N",
+        group="run",
+        resumable=True,
+    )
+    save_every: int | None = option(
+        None, "write a checkpoint every STEPS", metavar="STEPS", group="run", resumable=True
+    )
     save_every_minutes: float | None = option(
-        None, f"write a checkpoint every M minutes; a final one is always written (default: "
-        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)", metavar="M",
-        group="run", resumable=True)
-    keep_last: int | None = option(5, "keep only the newest N step checkpoints (default: {default})", metavar="N",
-                                   group="run", resumable=True)
-    eval_every: int | None = option(None, "validation loss every STEPS (default: only at the end)",
-                                    metavar="STEPS", group="run", resumable=True)
-    log_every: int = option(20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS",
-                            group="run", resumable=True)
+        None,
+        f"write a checkpoint every M minutes; a final one is always written (default: "
+        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)",
+        metavar="M",
+        group="run",
+        resumable=True,
+    )
+    keep_last: int | None = option(
+        5, "keep only the newest N step checkpoints (default: {default})", metavar="N", group="run", resumable=True
+    )
+    eval_every: int | None = option(
+        None, "validation loss every STEPS (default: only at the end)", metavar="STEPS", group="run", resumable=True
+    )
+    log_every: int = option(
+        20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS", group="run", resumable=True
+    )
     progress: bool = option(True, "hide the progress bar", flag="--no-progress", group="run", resumable=True)
 
     def __post_init__(self) -> None:
@@ -370,10 +501,32 @@ class RunConfig:
                 check_choice(flag_of(cls, f.name), getattr(self, f.name), spec["choices"])
             elif _base_type(f) is bool:
                 check_bool(flag_of(cls, f.name), getattr(self, f.name))
-        _positive(self, "min_freq", "max_tokens", "num_examples", "synthetic_max_len", "d_model", "num_heads",
-                  "layers", "d_ff", "warmup", "accum_steps", "average_last", "log_every")
-        _positive(self, "limit_train", "max_steps", "max_epochs", "threads", "save_every", "keep_last", "eval_every",
-                  allow_none=True)
+        _positive(
+            self,
+            "min_freq",
+            "max_tokens",
+            "num_examples",
+            "synthetic_max_len",
+            "d_model",
+            "num_heads",
+            "layers",
+            "d_ff",
+            "warmup",
+            "accum_steps",
+            "average_last",
+            "log_every",
+        )
+        _positive(
+            self,
+            "limit_train",
+            "max_steps",
+            "max_epochs",
+            "threads",
+            "save_every",
+            "keep_last",
+            "eval_every",
+            allow_none=True,
+        )
         check_integer("--vocab-size", self.vocab_size, minimum=5)  # more than the 4 special tokens
         check_integer("--synthetic-vocab", self.synthetic_vocab, minimum=5)
         check_integer("--max-len", self.max_len, minimum=2)  # one token plus <eos>
@@ -394,8 +547,10 @@ class RunConfig:
             raise ConfigError("set a limit: --max-steps, --max-minutes and/or --max-epochs")
         assert self.average_last is not None  # filled by _fill_checkpoint_defaults
         if self.keep_last is not None and self.average_last > self.keep_last:
-            raise ConfigError(f"--average-last {self.average_last} averages more checkpoints than --keep-last "
-                              f"{self.keep_last} keeps; raise --keep-last to at least {self.average_last}")
+            raise ConfigError(
+                f"--average-last {self.average_last} averages more checkpoints than --keep-last "
+                f"{self.keep_last} keeps; raise --keep-last to at least {self.average_last}"
+            )
         if self.task == "multi30k" and self.src == self.tgt:
             raise ConfigError(f"--src and --tgt must differ, got {self.src!r} for both")
         self._check_model_shape()
@@ -408,9 +563,16 @@ class RunConfig:
             raise ConfigError(f"the model options do not fit together: {error}") from None
 
     def _model_fields(self) -> dict[str, Any]:
-        return dict(d_model=self.d_model, num_heads=self.num_heads, num_encoder_layers=self.layers,
-                    num_decoder_layers=self.layers, d_ff=self.d_ff, dropout=self.dropout, max_len=self.max_len,
-                    norm_first=bool(self.norm_first))
+        return dict(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_encoder_layers=self.layers,
+            num_decoder_layers=self.layers,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            max_len=self.max_len,
+            norm_first=bool(self.norm_first),
+        )
 
     # -- conversions -------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -436,12 +598,17 @@ class RunConfig:
         """
         _check_known(cls, given)
         fields_by_name = {f.name: f for f in option_fields(cls)}
-        conflicts = [f"{_as_typed(cls, name, value)} (the run used {recorded.get(name)!r})"
-                     for name, value in given.items()
-                     if not fields_by_name[name].metadata["option"]["resumable"] and value != recorded.get(name)]
+        conflicts = [
+            f"{_as_typed(cls, name, value)} (the run used {recorded.get(name)!r})"
+            for name, value in given.items()
+            if not fields_by_name[name].metadata["option"]["resumable"] and value != recorded.get(name)
+        ]
         if conflicts:
-            raise RunError("--resume continues the recorded run; these flags differ from it: " + "; ".join(conflicts)
-                           + ". Start a new run (another --out, or --overwrite) to change them.")
+            raise RunError(
+                "--resume continues the recorded run; these flags differ from it: "
+                + "; ".join(conflicts)
+                + ". Start a new run (another --out, or --overwrite) to change them."
+            )
         known = {f.name for f in dataclasses.fields(cls)}
         merged = {**{k: v for k, v in recorded.items() if k in known}, **given, "resume": True}
         return cls(**merged)
@@ -457,8 +624,13 @@ class RunConfig:
         Embeddings are shared when one BPE vocabulary serves both languages; the output projection is tied.
         """
         shared = self.task == "multi30k" and self.tokenizer == "bpe" and src_vocab_size == tgt_vocab_size
-        return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
-                                 share_embeddings=shared, tie_output=True, **self._model_fields())
+        return TransformerConfig(
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
+            share_embeddings=shared,
+            tie_output=True,
+            **self._model_fields(),
+        )
 
 
 def _as_typed(config_class: type, name: str, value: Any) -> str:
@@ -510,12 +682,15 @@ def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_ma
         if resume:
             latest = latest_checkpoint(out / "checkpoints")
             if latest is None:
-                raise RunError(f"--resume: {out} holds a run but no checkpoint to resume from; pass --overwrite "
-                               "to start afresh")
+                raise RunError(
+                    f"--resume: {out} holds a run but no checkpoint to resume from; pass --overwrite to start afresh"
+                )
             return latest
         if not overwrite:
-            raise RunError(f"--out {out} already holds a run ({_describe_run(out)}); pass --resume to continue "
-                           "it, --overwrite to replace it, or choose another folder")
+            raise RunError(
+                f"--out {out} already holds a run ({_describe_run(out)}); pass --resume to continue "
+                "it, --overwrite to replace it, or choose another folder"
+            )
         if is_main:
             for name in RUN_ARTIFACTS:
                 target = out / name
@@ -622,13 +797,16 @@ class RunFolderLock:
         except FileExistsError:
             raise
         except OSError as error:
-            raise RunError(f"--out {self.path.parent}: cannot write into the folder ({error.strerror or error})"
-                           ) from None
+            raise RunError(
+                f"--out {self.path.parent}: cannot write into the folder ({error.strerror or error})"
+            ) from None
 
     def _busy_message(self) -> str:
-        return (f"--out {self.path.parent} is in use by another run ({_lock_holder(self.path)}): two runs in "
-                "one folder would mix their checkpoints and logs. Wait for it to finish, or choose another "
-                f"folder. (If no such process runs, delete {self.path}.)")
+        return (
+            f"--out {self.path.parent} is in use by another run ({_lock_holder(self.path)}): two runs in "
+            "one folder would mix their checkpoints and logs. Wait for it to finish, or choose another "
+            f"folder. (If no such process runs, delete {self.path}.)"
+        )
 
     def _note_stale(self) -> None:
         if self.path.stat().st_size:  # a lock file that nobody holds: its run ended without removing it
@@ -638,8 +816,9 @@ class RunFolderLock:
         import socket
 
         assert self._fd is not None
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode()
+        record = json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        ).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, record, 0) if hasattr(os, "pwrite") else os.write(self._fd, record)
 
@@ -673,30 +852,36 @@ def data_identity(splits: Mapping[str, Sequence[tuple[str, str]]]) -> dict[str, 
     for split, pairs in splits.items():
         sha = hashlib.sha256()
         for source, target in pairs:
-            sha.update(source.encode("utf-8", "surrogatepass") + b"\t" + target.encode("utf-8", "surrogatepass")
-                       + b"\n")
+            sha.update(
+                source.encode("utf-8", "surrogatepass") + b"\t" + target.encode("utf-8", "surrogatepass") + b"\n"
+            )
         identity[split] = {"pairs": len(pairs), "sha256": sha.hexdigest()}
     return identity
 
 
-def _check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None,
-                     config: RunConfig) -> None:
+def _check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None, config: RunConfig) -> None:
     """RunError if a resumed run's data differ from the data its checkpoint recorded."""
     if not recorded or current is None:
         return  # a run recorded before data identities were kept, or a synthetic task (drawn from the seed)
-    differing = [f"{split}: the run used {recorded[split]['pairs']} pairs (sha256 {recorded[split]['sha256'][:12]}), "
-                 f"now {current[split]['pairs']} pairs (sha256 {current[split]['sha256'][:12]})"
-                 for split in sorted(set(recorded) | set(current))
-                 if recorded.get(split) != current.get(split) and split in recorded and split in current]
+    differing = [
+        f"{split}: the run used {recorded[split]['pairs']} pairs (sha256 {recorded[split]['sha256'][:12]}), "
+        f"now {current[split]['pairs']} pairs (sha256 {current[split]['sha256'][:12]})"
+        for split in sorted(set(recorded) | set(current))
+        if recorded.get(split) != current.get(split) and split in recorded and split in current
+    ]
     if differing:
         source = config.data_dir or os.environ.get("COMPANION_DATA_DIR") or "the Hugging Face hub"
-        raise RunError(f"--resume: the data in {source} are not the data this run was trained on ("
-                       + "; ".join(differing) + "). Resuming would not continue the same run; pass the "
-                       "--data-dir the run used, or start a new run.")
+        raise RunError(
+            f"--resume: the data in {source} are not the data this run was trained on ("
+            + "; ".join(differing)
+            + "). Resuming would not continue the same run; pass the "
+            "--data-dir the run used, or start a new run."
+        )
 
 
-def build_tokenizers(config: RunConfig, train_pairs: Sequence[tuple[str, str]], rank: int = 0,
-                     world_size: int = 1) -> tuple[Any, Any]:
+def build_tokenizers(
+    config: RunConfig, train_pairs: Sequence[tuple[str, str]], rank: int = 0, world_size: int = 1
+) -> tuple[Any, Any]:
     """``(src_tokenizer, tgt_tokenizer)`` trained on ``train_pairs`` as ``config`` says (one shared BPE, or
     one word vocabulary per language).
 
@@ -710,13 +895,20 @@ def build_tokenizers(config: RunConfig, train_pairs: Sequence[tuple[str, str]], 
         if config.tokenizer == "bpe":
             shared = SubwordTokenizer.train(src_texts + tgt_texts, vocab_size=config.vocab_size)
             if shared.vocab_size > config.vocab_size:
-                warnings.warn(f"--vocab-size {config.vocab_size}: the BPE vocabulary has {shared.vocab_size} "
-                              "entries, because it keeps every character of the training text (plus the 4 "
-                              "special tokens); ask for more than that to get merges", stacklevel=2)
+                warnings.warn(
+                    f"--vocab-size {config.vocab_size}: the BPE vocabulary has {shared.vocab_size} "
+                    "entries, because it keeps every character of the training text (plus the 4 "
+                    "special tokens); ask for more than that to get merges",
+                    stacklevel=2,
+                )
             dicts = [{"src": shared.to_dict(), "tgt": shared.to_dict()}]
         else:
-            dicts = [{"src": WordTokenizer.build(src_texts, config.src, min_freq=config.min_freq).to_dict(),
-                      "tgt": WordTokenizer.build(tgt_texts, config.tgt, min_freq=config.min_freq).to_dict()}]
+            dicts = [
+                {
+                    "src": WordTokenizer.build(src_texts, config.src, min_freq=config.min_freq).to_dict(),
+                    "tgt": WordTokenizer.build(tgt_texts, config.tgt, min_freq=config.min_freq).to_dict(),
+                }
+            ]
     if world_size > 1:
         import torch.distributed as dist
 
@@ -724,8 +916,9 @@ def build_tokenizers(config: RunConfig, train_pairs: Sequence[tuple[str, str]], 
     return tokenizer_from_dict(dicts[0]["src"]), tokenizer_from_dict(dicts[0]["tgt"])
 
 
-def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None = None, rank: int = 0,
-                   world_size: int = 1) -> RunData:
+def build_run_data(
+    config: RunConfig, saved_tokenizers: Mapping[str, Any] | None = None, rank: int = 0, world_size: int = 1
+) -> RunData:
     """Tokenizers and training/validation batches of a run (the tokenizers of a checkpoint when resuming).
 
     Synthetic tasks draw their pairs from ``config.seed``; Multi30k is read from ``config.data_dir`` (a
@@ -736,10 +929,16 @@ def build_run_data(config: RunConfig, saved_tokenizers: Mapping[str, Any] | None
     identity = None
     if config.task != "multi30k":
         vocab = config.synthetic_vocab
-        train = synthetic_pairs(config.task, config.num_examples, max_len=config.synthetic_max_len,
-                                vocab_size=vocab, seed=config.seed)
-        valid = synthetic_pairs(config.task, max(200, config.num_examples // 50), max_len=config.synthetic_max_len,
-                                vocab_size=vocab, seed=config.seed + 1)
+        train = synthetic_pairs(
+            config.task, config.num_examples, max_len=config.synthetic_max_len, vocab_size=vocab, seed=config.seed
+        )
+        valid = synthetic_pairs(
+            config.task,
+            max(200, config.num_examples // 50),
+            max_len=config.synthetic_max_len,
+            vocab_size=vocab,
+            seed=config.seed + 1,
+        )
         tokenizers, vocab_sizes = None, (vocab, vocab)
     else:
         try:
@@ -768,8 +967,9 @@ def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] | None = None,
-              stream: TextIO | None = None) -> dict[str, Any]:
+def train_run(
+    options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] | None = None, stream: TextIO | None = None
+) -> dict[str, Any]:
     """Run ``companion train``: train a model into the folder ``out`` and return a summary.
 
     Args:
@@ -815,8 +1015,10 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
             lock = RunFolderLock(out)
             lock.acquire()
             if lock.stale:
-                warnings.warn(f"{lock.path}: replaced a stale lock left by a run that ended without removing it "
-                              f"({lock.stale})", stacklevel=2)
+                warnings.warn(
+                    f"{lock.path}: replaced a stale lock left by a run that ended without removing it ({lock.stale})",
+                    stacklevel=2,
+                )
         resume_from = prepare_out_dir(out, resume, bool(given.get("overwrite", False)), rank == 0)
         saved_tokenizers, recorded_data = None, None
         if resume_from is not None:
@@ -838,40 +1040,72 @@ def train_run(options: Mapping[str, Any] | RunConfig, *, command: Sequence[str] 
         data = build_run_data(config, saved_tokenizers, rank, world_size)
         _check_same_data(recorded_data, data.identity, config)
         if config.accum_steps > len(data.train_batches):
-            raise ConfigError(f"--accum-steps {config.accum_steps} is more than the {len(data.train_batches)} "
-                              "batches of an epoch: one optimizer step would see some batches twice. Lower "
-                              "--accum-steps or --max-tokens")
+            raise ConfigError(
+                f"--accum-steps {config.accum_steps} is more than the {len(data.train_batches)} "
+                "batches of an epoch: one optimizer step would see some batches twice. Lower "
+                "--accum-steps or --max-tokens"
+            )
         src_vocab, tgt_vocab = data.vocab_sizes
         torch.manual_seed(config.seed)
         model = Transformer(config.model_config(src_vocab, tgt_vocab))
         command = list(command) if command is not None else sys.argv[1:]
         args = config.to_dict()
-        run_info = {"task": config.task, "src": config.src, "tgt": config.tgt, "args": args, "command": command,
-                    "world_size": world_size, "data": data.identity}
-        trainer = Trainer(model, config.train_config(), data.train_batches, data.valid_batches, out_dir=out,
-                          tokenizers=data.tokenizers, run_info=run_info)
+        run_info = {
+            "task": config.task,
+            "src": config.src,
+            "tgt": config.tgt,
+            "args": args,
+            "command": command,
+            "world_size": world_size,
+            "data": data.identity,
+        }
+        trainer = Trainer(
+            model,
+            config.train_config(),
+            data.train_batches,
+            data.valid_batches,
+            out_dir=out,
+            tokenizers=data.tokenizers,
+            run_info=run_info,
+        )
         if resume_from is not None:
             trainer.load_checkpoint(resume_from)
         if rank == 0:
-            _write_json_atomic(out / "run.json", {
-                "companion_version": __version__, "torch_version": str(torch.__version__),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": ["companion", "train", *command],
-                "args": args, "world_size": world_size, "device": str(trainer.device),
-                "model_parameters": model.num_parameters(), "train_batches": len(data.train_batches),
-                "resumed_from": str(resume_from) if resume_from else None, "data": data.identity,
-            })
-            print(f"companion train: {config.task} {config.src}->{config.tgt if config.task == 'multi30k' else ''}"
-                  f" preset={config.preset} params={model.num_parameters():,} vocab={src_vocab}/{tgt_vocab} "
-                  f"batches/epoch={len(data.train_batches)} device={trainer.device} world_size={world_size}"
-                  + (f" resumed at step {trainer.state.step}" if resume_from else ""), file=stream, flush=True)
+            _write_json_atomic(
+                out / "run.json",
+                {
+                    "companion_version": __version__,
+                    "torch_version": str(torch.__version__),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "command": ["companion", "train", *command],
+                    "args": args,
+                    "world_size": world_size,
+                    "device": str(trainer.device),
+                    "model_parameters": model.num_parameters(),
+                    "train_batches": len(data.train_batches),
+                    "resumed_from": str(resume_from) if resume_from else None,
+                    "data": data.identity,
+                },
+            )
+            print(
+                f"companion train: {config.task} {config.src}->{config.tgt if config.task == 'multi30k' else ''}"
+                f" preset={config.preset} params={model.num_parameters():,} vocab={src_vocab}/{tgt_vocab} "
+                f"batches/epoch={len(data.train_batches)} device={trainer.device} world_size={world_size}"
+                + (f" resumed at step {trainer.state.step}" if resume_from else ""),
+                file=stream,
+                flush=True,
+            )
         summary = trainer.train()
         average_last = config.average_last or 1
         if rank == 0 and average_last > 1:
             paths = list_checkpoints(out / "checkpoints")[-average_last:]
             if len(paths) < average_last and getattr(config, "_average_last_chosen", True):
-                warnings.warn(f"--average-last {average_last}: the run wrote only {len(paths)} "
-                              "checkpoint(s), so averaged.pt averages those; write more with --save-every or "
-                              "--save-every-minutes", stacklevel=2)
+                warnings.warn(
+                    f"--average-last {average_last}: the run wrote only {len(paths)} "
+                    "checkpoint(s), so averaged.pt averages those; write more with --save-every or "
+                    "--save-every-minutes",
+                    stacklevel=2,
+                )
             averaged = average_checkpoints(paths)
             summary["averaged"] = str(write_checkpoint(averaged, out / "averaged.pt"))
             summary["averaged_from"] = [p.name for p in paths]
@@ -907,21 +1141,28 @@ def _check_limits_ahead(config: RunConfig, checkpoint: Mapping[str, Any], path: 
     step = int(checkpoint.get("step", 0))
     epoch = ((checkpoint.get("trainer_state") or {}).get("state") or {}).get("epoch", 0)
     if config.max_steps is not None and config.max_steps <= step:
-        raise RunError(f"--resume: {path.name} is at step {step}, and --max-steps {config.max_steps} is not beyond "
-                       "it; give a larger --max-steps to train further")
+        raise RunError(
+            f"--resume: {path.name} is at step {step}, and --max-steps {config.max_steps} is not beyond "
+            "it; give a larger --max-steps to train further"
+        )
     if config.max_epochs is not None and config.max_epochs <= epoch:
-        raise RunError(f"--resume: {path.name} has finished {epoch} epoch(s), and --max-epochs {config.max_epochs} "
-                       "is not beyond it; give a larger --max-epochs to train further")
+        raise RunError(
+            f"--resume: {path.name} has finished {epoch} epoch(s), and --max-epochs {config.max_epochs} "
+            "is not beyond it; give a larger --max-epochs to train further"
+        )
 
 
 def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
     valid = summary.get("valid") or {}
     ppl = f" valid_ppl={valid['valid_ppl']:.2f}" if valid else ""
-    print(f"companion train: stopped ({summary['stop_reason']}) at step {summary['steps']} after "
-          f"{summary['train_seconds'] / 60:.1f} min of training, epoch {summary['epochs']:.2f}{ppl}; "
-          f"checkpoint {summary['checkpoint']}"
-          + (f"; averaged {len(summary['averaged_from'])} -> {summary['averaged']}" if "averaged" in summary
-             else ""), file=stream, flush=True)
+    print(
+        f"companion train: stopped ({summary['stop_reason']}) at step {summary['steps']} after "
+        f"{summary['train_seconds'] / 60:.1f} min of training, epoch {summary['epochs']:.2f}{ppl}; "
+        f"checkpoint {summary['checkpoint']}"
+        + (f"; averaged {len(summary['averaged_from'])} -> {summary['averaged']}" if "averaged" in summary else ""),
+        file=stream,
+        flush=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -929,14 +1170,18 @@ def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
 # --------------------------------------------------------------------------------------------------------
 @dataclass
 class _InferenceOptions:
-    checkpoint: str = option(dataclasses.MISSING, "a checkpoint file, or a run folder (its averaged.pt if present, "
-                             "else its latest checkpoint)", metavar="PATH", required=True)
+    checkpoint: str = option(
+        dataclasses.MISSING,
+        "a checkpoint file, or a run folder (its averaged.pt if present, else its latest checkpoint)",
+        metavar="PATH",
+        required=True,
+    )
     beam_size: int = option(4, "beam width; 1 = greedy decoding (default: {default}, as in the paper)", metavar="K")
-    alpha: float = option(0.6, "length penalty alpha of beam search (default: {default}, as in the paper)",
-                          metavar="A")
+    alpha: float = option(0.6, "length penalty alpha of beam search (default: {default}, as in the paper)", metavar="A")
     batch_size: int = option(64, "sentences decoded together (default: {default})", metavar="N")
-    device: str = option("auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
-                         metavar="DEV")
+    device: str = option(
+        "auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})", metavar="DEV"
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.checkpoint, (str, os.PathLike)):
@@ -958,10 +1203,15 @@ class TranslateConfig(_InferenceOptions):
 class EvaluateConfig(_InferenceOptions):
     """Options of ``companion evaluate``: the checkpoint, the beam search, the device and the Multi30k split."""
 
-    split: str = option("test", "which split; test = test_2016_flickr (default: {default})",
-                        choices=["test", "valid", "train"])
-    data_dir: str | None = option(None, "Multi30k folder (default: $COMPANION_DATA_DIR, else the folder recorded by "
-                                  "the run if it still exists, else the Hugging Face hub)", metavar="DIR")
+    split: str = option(
+        "test", "which split; test = test_2016_flickr (default: {default})", choices=["test", "valid", "train"]
+    )
+    data_dir: str | None = option(
+        None,
+        "Multi30k folder (default: $COMPANION_DATA_DIR, else the folder recorded by "
+        "the run if it still exists, else the Hugging Face hub)",
+        metavar="DIR",
+    )
     limit: int | None = option(None, "score only the first N sentences", metavar="N")
 
     def __post_init__(self) -> None:
@@ -1013,8 +1263,7 @@ def load_for_inference(path: str | os.PathLike, device: str = "auto") -> Inferen
     return InferenceModel(model, src_tok, tgt_tok, checkpoint, target)
 
 
-def translate_run(config: TranslateConfig, lines: Sequence[str], *,
-                  loaded: InferenceModel | None = None) -> list[str]:
+def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: InferenceModel | None = None) -> list[str]:
     """Translate ``lines`` (one sentence each) with ``config.checkpoint``: one output line per input line.
 
     Blank lines give empty outputs in their place; newlines inside a translation become spaces. ``loaded``
@@ -1032,14 +1281,23 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *,
         try:
             line.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise RunError(f"translate: line {number} is not valid text (character {line[error.start]!r} at "
-                           f"position {error.start + 1}: undecodable input bytes?); pass UTF-8 text") from None
+            raise RunError(
+                f"translate: line {number} is not valid text (character {line[error.start]!r} at "
+                f"position {error.start + 1}: undecodable input bytes?); pass UTF-8 text"
+            ) from None
     wanted = [i for i, line in enumerate(lines) if line.strip()]
     outputs = [""] * len(lines)
     if wanted:
-        translations = translate(model, [lines[i].strip() for i in wanted], src_tok, tgt_tok,
-                                 beam_size=config.beam_size, alpha=config.alpha, batch_size=config.batch_size,
-                                 device=device)
+        translations = translate(
+            model,
+            [lines[i].strip() for i in wanted],
+            src_tok,
+            tgt_tok,
+            beam_size=config.beam_size,
+            alpha=config.alpha,
+            batch_size=config.batch_size,
+            device=device,
+        )
         for i, text in zip(wanted, translations):
             outputs[i] = text
     return [text.replace("\n", " ") for text in outputs]
@@ -1059,8 +1317,10 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     model, src_tok, tgt_tok, checkpoint, target = load_for_inference(config.checkpoint, config.device)
     run_info = checkpoint.get("run_info") or {}
     if run_info.get("task", "multi30k") != "multi30k":
-        raise RunError(f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores "
-                       "Multi30k translations")
+        raise RunError(
+            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores "
+            "Multi30k translations"
+        )
     src, tgt = run_info.get("src", "en"), run_info.get("tgt", "de")
     data_dir = config.data_dir
     if data_dir is None and not os.environ.get(DATA_DIR_ENV):
@@ -1073,13 +1333,28 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     if config.limit is not None:
         pairs = pairs[: config.limit]
     started = time.time()
-    result = evaluate_translation(model, pairs, src_tok, tgt_tok, beam_size=config.beam_size, alpha=config.alpha,
-                                  batch_size=config.batch_size, device=target)
+    result = evaluate_translation(
+        model,
+        pairs,
+        src_tok,
+        tgt_tok,
+        beam_size=config.beam_size,
+        alpha=config.alpha,
+        batch_size=config.batch_size,
+        device=target,
+    )
     return {
-        "bleu": result["bleu"], "bleu_signature": result["bleu_signature"], "chrf": result["chrf"],
-        "chrf_signature": result["chrf_signature"], "hypotheses": result["hypotheses"],
-        "direction": f"{src}->{tgt}", "split": "test_2016_flickr" if config.split == "test" else config.split,
-        "sentences": len(pairs), "beam_size": config.beam_size, "alpha": config.alpha,
-        "checkpoint": str(resolve_checkpoint(config.checkpoint)), "step": checkpoint.get("step"),
+        "bleu": result["bleu"],
+        "bleu_signature": result["bleu_signature"],
+        "chrf": result["chrf"],
+        "chrf_signature": result["chrf_signature"],
+        "hypotheses": result["hypotheses"],
+        "direction": f"{src}->{tgt}",
+        "split": "test_2016_flickr" if config.split == "test" else config.split,
+        "sentences": len(pairs),
+        "beam_size": config.beam_size,
+        "alpha": config.alpha,
+        "checkpoint": str(resolve_checkpoint(config.checkpoint)),
+        "step": checkpoint.get("step"),
         "decode_seconds": time.time() - started,
     }

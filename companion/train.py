@@ -139,8 +139,9 @@ def label_smoothed_loss(
         extremes = torch.aminmax(target.masked_fill(target == pad_id, 0))  # one pass, one host sync
         low, high = int(extremes.min), int(extremes.max)
         if low < 0 or high >= vocab:
-            raise ValueError(f"target holds token id {low if low < 0 else high}, outside the vocabulary "
-                             f"[0, {vocab}) of the logits")
+            raise ValueError(
+                f"target holds token id {low if low < 0 else high}, outside the vocabulary [0, {vocab}) of the logits"
+            )
     log_probs = F.log_softmax(logits.float(), dim=-1)  # [..., vocab]
     keep = target != pad_id
     safe_target = target.masked_fill(~keep, 0)
@@ -161,8 +162,7 @@ def label_smoothed_loss(
 # The largest value each float option may take: beyond these a value is a typo, not a setting. lr_factor
 # 100 already gives the small preset a peak learning rate of 0.3 (the paper's is 7e-4 at factor 1), 1e6
 # minutes are almost two years, and a clipping threshold of 1e6 no longer clips anything.
-OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6,
-                                   "clip_grad": 1e6}
+OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6, "clip_grad": 1e6}
 
 
 @dataclass
@@ -251,8 +251,9 @@ class TrainConfig:
         return cls(**dict(values))
 
 
-_DIVERGED_ADVICE = ("Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip gradients "
-                    "(--clip-grad).")
+_DIVERGED_ADVICE = (
+    "Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip gradients (--clip-grad)."
+)
 
 
 @dataclass
@@ -364,8 +365,12 @@ class Trainer:
         self._last_save_time = start_time
         window = _Window(time.perf_counter())
         bar = tqdm(
-            total=cfg.max_steps, initial=self.state.step, unit="step", dynamic_ncols=True,
-            disable=not cfg.progress or self.rank != 0, desc="train",
+            total=cfg.max_steps,
+            initial=self.state.step,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not cfg.progress or self.rank != 0,
+            desc="train",
         )
         stop_reason = self._limit_reached(start_seconds)
         try:
@@ -403,7 +408,8 @@ class Trainer:
         if not math.isfinite(valid_nll):
             raise TrainingDivergedError(
                 f"the validation loss is {valid_nll} at step {self.state.step}: the model's outputs overflow, so no "
-                f"checkpoint was written from it. {_DIVERGED_ADVICE}{self._latest_checkpoint_note()}")
+                f"checkpoint was written from it. {_DIVERGED_ADVICE}{self._latest_checkpoint_note()}"
+            )
         last_path = self.save_checkpoint() if self.out_dir is not None else None
         return {
             "stop_reason": stop_reason,
@@ -459,8 +465,12 @@ class Trainer:
         tgt_len = int((tgt_out != self.pad_id).sum(1).max())
         tgt_in, tgt_out = tgt_in[:, :tgt_len], tgt_out[:, :tgt_len]
         share = dataclasses.replace(
-            batch, src=src, tgt_in=tgt_in, tgt_out=tgt_out,
-            num_src_tokens=int((src != self.pad_id).sum()), num_tgt_tokens=int((tgt_out != self.pad_id).sum()),
+            batch,
+            src=src,
+            tgt_in=tgt_in,
+            tgt_out=tgt_out,
+            num_src_tokens=int((src != self.pad_id).sum()),
+            num_tgt_tokens=int((tgt_out != self.pad_id).sum()),
         )
         return share, weight
 
@@ -501,8 +511,14 @@ class Trainer:
             loss_acc += loss_sum.detach() * weight
             nll_acc += nll_sum.detach() * weight
         time_up, save_due = flags() if self.rank == 0 else (False, False)
-        stats = torch.stack([loss_acc, nll_acc, torch.tensor(float(time_up), device=self.device),
-                             torch.tensor(float(save_due), device=self.device)])
+        stats = torch.stack(
+            [
+                loss_acc,
+                nll_acc,
+                torch.tensor(float(time_up), device=self.device),
+                torch.tensor(float(save_due), device=self.device),
+            ]
+        )
         if self.world_size > 1:
             dist.all_reduce(stats)
         loss_value, nll_value, time_flag, save_flag = stats.tolist()
@@ -584,16 +600,19 @@ class Trainer:
             share = share.to(self.device)
             with self._autocast():
                 logits = self.model(share.src, share.tgt_in)
-            loss_sum, nll_sum, count = label_smoothed_loss(logits, share.tgt_out, self.config.label_smoothing,
-                                                           self.pad_id)
+            loss_sum, nll_sum, count = label_smoothed_loss(
+                logits, share.tgt_out, self.config.label_smoothing, self.pad_id
+            )
             sums += torch.stack([loss_sum.double(), nll_sum.double(), count.double()]) * weight
         if self.world_size > 1:
             dist.all_reduce(sums)
         loss, nll, count = sums.tolist()
         count = max(count, 1.0)
         result = {
-            "valid_loss": loss / count, "valid_nll": nll / count,
-            "valid_ppl": math.exp(min(nll / count, 50.0)), "valid_tokens": int(count),
+            "valid_loss": loss / count,
+            "valid_nll": nll / count,
+            "valid_ppl": math.exp(min(nll / count, 50.0)),
+            "valid_tokens": int(count),
         }
         if log:
             self.state.last_valid = result
@@ -610,10 +629,15 @@ class Trainer:
         nll = window.nll / max(window.tgt_tokens, 1)
         lr = self.scheduler.get_last_lr()[0]
         record = {
-            "kind": "train", "step": self.state.step,
+            "kind": "train",
+            "step": self.state.step,
             "epoch": round(self.state.epoch + self.state.batch_index / len(self.train_batches), 4),
-            "loss": loss, "nll": nll, "ppl": math.exp(min(nll, 50.0)), "lr": lr,
-            "tokens_per_s": window.all_tokens / seconds, "train_seconds": round(self.state.train_seconds, 3),
+            "loss": loss,
+            "nll": nll,
+            "ppl": math.exp(min(nll, 50.0)),
+            "lr": lr,
+            "tokens_per_s": window.all_tokens / seconds,
+            "train_seconds": round(self.state.train_seconds, 3),
         }
         self.state.last_loss = loss
         if bar is not None:
@@ -688,16 +712,25 @@ class Trainer:
         if self.diverged or not self._parameters_finite():
             raise TrainingDivergedError(
                 f"refusing to write {path}: the model's weights hold inf or nan (the run diverged)."
-                f"{self._latest_checkpoint_note()}")
+                f"{self._latest_checkpoint_note()}"
+            )
         path = Path(path)
         rng_states = self._all_rng_states()
         if self.rank == 0:
             save_checkpoint(
-                path, model=self.model, step=self.state.step, tokenizers=self.tokenizers or None,
-                train_config=self.config.to_dict(), trainer_state=self.state_dict(rng_states),
-                metrics={"last_loss": self.state.last_loss, "valid": self.state.last_valid,
-                         "best_valid_nll": self.state.best_valid_nll, "train_seconds": self.state.train_seconds,
-                         "tokens_seen": self.state.tokens_seen},
+                path,
+                model=self.model,
+                step=self.state.step,
+                tokenizers=self.tokenizers or None,
+                train_config=self.config.to_dict(),
+                trainer_state=self.state_dict(rng_states),
+                metrics={
+                    "last_loss": self.state.last_loss,
+                    "valid": self.state.last_valid,
+                    "best_valid_nll": self.state.best_valid_nll,
+                    "train_seconds": self.state.train_seconds,
+                    "tokens_seen": self.state.tokens_seen,
+                },
                 run_info=self.run_info,
             )
             if self.config.keep_last and self.out_dir is not None and path.parent == self.out_dir / "checkpoints":

@@ -41,7 +41,7 @@ def cell_source() -> str:
         "\n"
         f'    repository, folder = "{url}", "{folder}"\n'
         "    if not os.path.isdir(folder):\n"
-        f'        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{branch}", repository, folder], check=True)\n'
+        f'        subprocess.run(["git", "clone", "--depth", "1", "--branch", "{branch}", repository, folder], check=True)\n'  # noqa: E501
         f'    %pip install -q "{folder}[data,plots]"\n'
         '    os.chdir(os.path.join(folder, "book"))'
     )

@@ -28,8 +28,16 @@ DEFAULT_OUT = ROOT / "book" / "images" / "architecture.png"
 
 # Sizes chosen all different, so that every number in a box names one thing (B, n, t, d_model, V).
 BATCH, SRC_LEN, TGT_LEN = 2, 7, 5
-CONFIG = dict(src_vocab_size=13, tgt_vocab_size=11, d_model=32, num_heads=4, num_encoder_layers=2,
-              num_decoder_layers=2, d_ff=128, dropout=0.0)
+CONFIG = dict(
+    src_vocab_size=13,
+    tgt_vocab_size=11,
+    d_model=32,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    d_ff=128,
+    dropout=0.0,
+)
 
 
 def draw(out: pathlib.Path, dpi: int = 110) -> pathlib.Path:

@@ -75,8 +75,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("chapters", nargs="*", type=pathlib.Path, help="chapter .md files (default: all)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell (default 900)")
-    parser.add_argument("--prose-only", action="store_true",
-                        help="only copy markdown edits into the .ipynb (refuses if code cells changed)")
+    parser.add_argument(
+        "--prose-only",
+        action="store_true",
+        help="only copy markdown edits into the .ipynb (refuses if code cells changed)",
+    )
     args = parser.parse_args()
     chapters = args.chapters or sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
     for md_path in chapters:

@@ -84,12 +84,16 @@ def score(checkpoint_path: pathlib.Path, data_dir: str | None) -> dict:
     results = {}
     for label, beam in (("beam4", 4), ("greedy", 1)):
         start = time.monotonic()
-        scored = evaluate_translation(pretrained.model, test, pretrained.src_tokenizer, pretrained.tgt_tokenizer,
-                                      beam_size=beam, alpha=0.6)
+        scored = evaluate_translation(
+            pretrained.model, test, pretrained.src_tokenizer, pretrained.tgt_tokenizer, beam_size=beam, alpha=0.6
+        )
         results[label] = {
-            "bleu": round(scored["bleu"], 2), "bleu_signature": scored["bleu_signature"],
-            "chrf": round(scored["chrf"], 2), "chrf_signature": scored["chrf_signature"],
-            "seconds": round(time.monotonic() - start, 1), "sentences": len(test),
+            "bleu": round(scored["bleu"], 2),
+            "bleu_signature": scored["bleu_signature"],
+            "chrf": round(scored["chrf"], 2),
+            "chrf_signature": scored["chrf_signature"],
+            "seconds": round(time.monotonic() - start, 1),
+            "sentences": len(test),
         }
     return results
 
@@ -105,8 +109,11 @@ def record_digest(digest: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", action="store_true", help=f"train first: {TRAIN_COMMAND}")
-    parser.add_argument("--data-dir", default=os.environ.get("COMPANION_DATA_DIR"),
-                        help="Multi30k folder (default: $COMPANION_DATA_DIR, else the Hugging Face hub)")
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("COMPANION_DATA_DIR"),
+        help="Multi30k folder (default: $COMPANION_DATA_DIR, else the Hugging Face hub)",
+    )
     args = parser.parse_args()
     train_seconds = train(args.data_dir) if args.train else None
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -19,8 +19,9 @@ __all__ = ["encode_pairs", "Batch", "make_batches", "pad_sequences"]
 # -- id pairs and batches ----------------------------------------------------------------------------------
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 max_len: int | None = None) -> list[tuple[list[int], list[int]]]:
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, max_len: int | None = None
+) -> list[tuple[list[int], list[int]]]:
     """Text pairs -> id pairs ``(src_ids, tgt_ids)`` (no ``<bos>``/``<eos>``; batching adds them).
 
     Length limit: with ``max_len`` (the model's ``config.max_len``), each side is **truncated** to
@@ -45,8 +46,10 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], src_tokenizer: Tokenizer, tgt
         limit = max_len - 1
         cut = sum(len(s) > limit or len(t) > limit for s, t in encoded)
         if cut:
-            warnings.warn(f"encode_pairs: truncated {cut} of {len(encoded)} pairs to max_len - 1 = {limit} "
-                          "tokens per side", stacklevel=2)
+            warnings.warn(
+                f"encode_pairs: truncated {cut} of {len(encoded)} pairs to max_len - 1 = {limit} tokens per side",
+                stacklevel=2,
+            )
             encoded = [(s[:limit], t[:limit]) for s, t in encoded]
     return encoded
 
@@ -71,19 +74,32 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """A copy with every tensor on ``device``."""
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.num_src_tokens, self.num_tgt_tokens)
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """A copy in page-locked memory, for faster asynchronous copies to a GPU."""
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(),
-                     self.num_src_tokens, self.num_tgt_tokens)
+        return Batch(
+            self.src.pin_memory(),
+            self.tgt_in.pin_memory(),
+            self.tgt_out.pin_memory(),
+            self.num_src_tokens,
+            self.num_tgt_tokens,
+        )
 
 
-def make_batches(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int, *, pad_id: int = PAD_ID,
-                 bos_id: int = BOS_ID, eos_id: int = EOS_ID, shuffle: bool = True, seed: int = 0) -> list[Batch]:
+def make_batches(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    max_tokens: int,
+    *,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    shuffle: bool = True,
+    seed: int = 0,
+) -> list[Batch]:
     """Group id pairs into :class:`Batch` es of similar length holding at most ``max_tokens`` tokens per side.
 
     Length bucketing: pairs are sorted by the length of their longer side (then by source length) and cut
@@ -103,8 +119,10 @@ def make_batches(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_token
     if shuffle:
         rng.shuffle(order)  # random order among pairs of equal length
     order.sort(key=lambda i: (max(len(pairs[i][0]), len(pairs[i][1])), len(pairs[i][0])))  # stable sort
-    batches = [_collate([pairs[i] for i in chunk], pad_id, bos_id, eos_id)
-               for chunk in _chunk_by_tokens(order, pairs, max_tokens)]
+    batches = [
+        _collate([pairs[i] for i in chunk], pad_id, bos_id, eos_id)
+        for chunk in _chunk_by_tokens(order, pairs, max_tokens)
+    ]
     if shuffle:
         rng.shuffle(batches)
     return batches
@@ -138,5 +156,3 @@ def _collate(pairs: list, pad_id: int, bos_id: int, eos_id: int) -> Batch:
     tgt_in = pad_sequences([[bos_id] + list(t) for _, t in pairs], pad_id)
     tgt_out = pad_sequences([list(t) + [eos_id] for _, t in pairs], pad_id)
     return Batch(src, tgt_in, tgt_out, int((src != pad_id).sum()), int((tgt_out != pad_id).sum()))
-
-

@@ -36,8 +36,9 @@ _HOW_TO_GET = (
 from ..errors import DataError, DataUnavailableError  # noqa: E402
 
 
-def load_multi30k(src: str = "en", tgt: str = "de",
-                  data_dir: str | os.PathLike | None = None) -> dict[str, list[tuple[str, str]]]:
+def load_multi30k(
+    src: str = "en", tgt: str = "de", data_dir: str | os.PathLike | None = None
+) -> dict[str, list[tuple[str, str]]]:
     """Multi30k (task 1) sentence pairs ``(source, target)`` for the splits ``train``, ``valid``, ``test``.
 
     ``test`` is test_2016_flickr. Where the data comes from, in order: ``data_dir`` (a folder of the raw files
@@ -79,15 +80,21 @@ def _read_bytes(path: Path) -> bytes:
         with gzip.open(path, "rb") as handle:
             return handle.read()
     except gzip.BadGzipFile as error:
-        problem = ("is not gzip-compressed (no gzip header); rename it without .gz if it is plain text"
-                   if "Not a gzipped file" in str(error) else f"is a corrupt gzip file ({error})")
+        problem = (
+            "is not gzip-compressed (no gzip header); rename it without .gz if it is plain text"
+            if "Not a gzipped file" in str(error)
+            else f"is a corrupt gzip file ({error})"
+        )
         raise DataError(f"data file {path} {problem}") from None
     except EOFError:
-        raise DataError(f"data file {path} is truncated: its gzip stream ends before the end marker "
-                        "(an interrupted download or copy?); fetch it again") from None
+        raise DataError(
+            f"data file {path} is truncated: its gzip stream ends before the end marker "
+            "(an interrupted download or copy?); fetch it again"
+        ) from None
     except zlib.error as error:
-        raise DataError(f"data file {path} is a corrupt gzip file (the compressed data is damaged: {error}); "
-                        "fetch it again") from None
+        raise DataError(
+            f"data file {path} is a corrupt gzip file (the compressed data is damaged: {error}); fetch it again"
+        ) from None
     except OSError as error:
         raise DataError(f"data file {path} cannot be read: {error.strerror or error}") from None
 
@@ -103,8 +110,10 @@ def _read_lines(path: Path) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(f"data file {path}, line {line}: not UTF-8 text (byte(s) "
-                        f"{data[error.start:error.end]!r} at byte offset {error.start})") from None
+        raise DataError(
+            f"data file {path}, line {line}: not UTF-8 text (byte(s) "
+            f"{data[error.start : error.end]!r} at byte offset {error.start})"
+        ) from None
     text = text.removeprefix("\ufeff")
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -125,11 +134,13 @@ def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple
     if len(src_lines) != len(tgt_lines):
         raise DataError(
             f"{src_path} has {len(src_lines)} lines but {tgt_path} has {len(tgt_lines)}; "
-            "source and target files must be line-aligned (one sentence pair per line)")
+            "source and target files must be line-aligned (one sentence pair per line)"
+        )
     pairs = _drop_empty_pairs(list(zip(src_lines, tgt_lines)), f"{src_path.name}/{tgt_path.name}")
     if not pairs:
-        raise DataError(f"{src_path} and {tgt_path} hold no sentence pair ({len(src_lines)} line(s), none with "
-                        "text on both sides)")
+        raise DataError(
+            f"{src_path} and {tgt_path} hold no sentence pair ({len(src_lines)} line(s), none with text on both sides)"
+        )
     return pairs
 
 
@@ -182,7 +193,8 @@ def _load_from_hub(src: str, tgt: str) -> dict[str, list[tuple[str, str]]]:
             raise DataUnavailableError(
                 f"Multi30k: no local folder given ({DATA_DIR_ENV} is not set) and the Hugging Face hub "
                 f"({host}:{port}) cannot be reached. {_HOW_TO_GET} (If the dataset is already in your Hugging "
-                "Face cache, set HF_DATASETS_OFFLINE=1 to use the cached copy.)")
+                "Face cache, set HF_DATASETS_OFFLINE=1 to use the cached copy.)"
+            )
     try:
         import datasets
 
@@ -191,8 +203,9 @@ def _load_from_hub(src: str, tgt: str) -> dict[str, list[tuple[str, str]]]:
         mode = "offline mode (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE) and no cached copy" if offline else "hub error"
         raise DataUnavailableError(
             f"Multi30k: no local folder given ({DATA_DIR_ENV} is not set) and loading {MULTI30K_HUB_NAME} "
-            f"failed ({mode}: {type(error).__name__}: {error}). {_HOW_TO_GET}") from error
-    return {split: _drop_empty_pairs(list(zip(dataset[hub][src], dataset[hub][tgt])), f"{MULTI30K_HUB_NAME}/{hub}")
-            for split, hub in _HUB_SPLITS.items()}
-
-
+            f"failed ({mode}: {type(error).__name__}: {error}). {_HOW_TO_GET}"
+        ) from error
+    return {
+        split: _drop_empty_pairs(list(zip(dataset[hub][src], dataset[hub][tgt])), f"{MULTI30K_HUB_NAME}/{hub}")
+        for split, hub in _HUB_SPLITS.items()
+    }

@@ -11,16 +11,28 @@ checkpoint can carry its vocabulary. ``encode("")`` is ``[]``.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any
 
 import torch
 
 from .._validation import check_positive_int
 
 __all__ = [
-    "PAD", "UNK", "BOS", "EOS", "PAD_ID", "UNK_ID", "BOS_ID", "EOS_ID", "SPECIAL_TOKENS",
-    "Tokenizer", "WordTokenizer", "SubwordTokenizer", "tokenizer_from_dict",
+    "PAD",
+    "UNK",
+    "BOS",
+    "EOS",
+    "PAD_ID",
+    "UNK_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "SPECIAL_TOKENS",
+    "Tokenizer",
+    "WordTokenizer",
+    "SubwordTokenizer",
+    "tokenizer_from_dict",
 ]
 
 # -- special tokens ----------------------------------------------------------------------------------------
@@ -108,12 +120,14 @@ def _check_unicode(name: str, text: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise ValueError(f"{name} is not valid Unicode text: character {text[error.start]!r} at position "
-                         f"{error.start} is a lone surrogate (bytes that were not UTF-8?)") from None
+        raise ValueError(
+            f"{name} is not valid Unicode text: character {text[error.start]!r} at position "
+            f"{error.start} is a lone surrogate (bytes that were not UTF-8?)"
+        ) from None
     return text
 
 
-@lru_cache(maxsize=None)
+@cache
 def _spacy_tokenizer(language: str):
     """spaCy's rule-based tokenizer for ``language`` (``spacy.blank``: no trained model, no download)."""
     import spacy
@@ -134,8 +148,14 @@ class WordTokenizer(Tokenizer):
     (German) of the sentences exactly; the rest differ only in spacing, which sacreBLEU's tokenizer ignores.
     """
 
-    def __init__(self, language: str, itos: Sequence[str], glue_left: Iterable[str] = (),
-                 glue_right: Iterable[str] = (), min_freq: int = 1) -> None:
+    def __init__(
+        self,
+        language: str,
+        itos: Sequence[str],
+        glue_left: Iterable[str] = (),
+        glue_right: Iterable[str] = (),
+        min_freq: int = 1,
+    ) -> None:
         """Use :meth:`build` to create one from texts; this constructor takes a finished vocabulary.
 
         ``itos`` lists the tokens by id and must start with ``<pad> <unk> <bos> <eos>``.
@@ -157,8 +177,9 @@ class WordTokenizer(Tokenizer):
 
     # -- building -------------------------------------------------------------------------------------------
     @classmethod
-    def build(cls, texts: Iterable[str], language: str, min_freq: int = 1,
-              max_size: int | None = None) -> "WordTokenizer":
+    def build(
+        cls, texts: Iterable[str], language: str, min_freq: int = 1, max_size: int | None = None
+    ) -> WordTokenizer:
         """Build the vocabulary from ``texts`` (the training split only).
 
         Tokens seen fewer than ``min_freq`` times are left out (they become ``<unk>``). ``max_size`` caps the
@@ -167,12 +188,14 @@ class WordTokenizer(Tokenizer):
         """
         texts = _check_texts("texts", texts)
         check_positive_int("min_freq", min_freq)
-        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
-                                     or max_size <= len(SPECIAL_TOKENS)):
+        if max_size is not None and (
+            isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= len(SPECIAL_TOKENS)
+        ):
             raise ValueError(f"max_size must be None or an integer > {len(SPECIAL_TOKENS)}, got {max_size!r}")
         counts, neighbours, touching = _count_tokens_and_glue(_spacy_tokenizer(language), texts)
-        ranked = sorted((t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS),
-                        key=lambda t: (-counts[t], t))
+        ranked = sorted(
+            (t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS), key=lambda t: (-counts[t], t)
+        )
         if max_size is not None:
             ranked = ranked[: max_size - len(SPECIAL_TOKENS)]
         glue_left, glue_right = _learn_glue(neighbours, touching)
@@ -193,8 +216,10 @@ class WordTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         texts = _check_texts("texts", texts)
-        return [[self.stoi.get(t.text, UNK_ID) for t in doc if not t.is_space]
-                for doc in self._tokenizer.pipe(texts, batch_size=1000)]
+        return [
+            [self.stoi.get(t.text, UNK_ID) for t in doc if not t.is_space]
+            for doc in self._tokenizer.pipe(texts, batch_size=1000)
+        ]
 
     def decode(self, ids: Sequence[int]) -> str:
         tokens = [self.itos[i] for i in self._content_ids(ids)]
@@ -222,12 +247,17 @@ class WordTokenizer(Tokenizer):
         return "".join(pieces)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "word", "language": self.language, "itos": list(self.itos),
-                "glue_left": sorted(self.glue_left), "glue_right": sorted(self.glue_right),
-                "min_freq": self.min_freq}
+        return {
+            "type": "word",
+            "language": self.language,
+            "itos": list(self.itos),
+            "glue_left": sorted(self.glue_left),
+            "glue_right": sorted(self.glue_right),
+            "min_freq": self.min_freq,
+        }
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "WordTokenizer":
+    def from_dict(cls, values: dict[str, Any]) -> WordTokenizer:
         itos = values["itos"]
         if not isinstance(itos, list) or not all(isinstance(token, str) for token in itos):
             raise ValueError("values['itos'] must be a list of token strings")
@@ -235,8 +265,13 @@ class WordTokenizer(Tokenizer):
             glue = values.get(key, [])
             if not isinstance(glue, list) or not all(isinstance(token, str) for token in glue):
                 raise ValueError(f"values[{key!r}] must be a list of token strings")
-        return cls(values["language"], itos, values.get("glue_left", ()),
-                   values.get("glue_right", ()), values.get("min_freq", 1))
+        return cls(
+            values["language"],
+            itos,
+            values.get("glue_left", ()),
+            values.get("glue_right", ()),
+            values.get("min_freq", 1),
+        )
 
     def __repr__(self) -> str:
         return f"WordTokenizer(language={self.language!r}, vocab_size={self.vocab_size})"
@@ -253,8 +288,9 @@ def _count_tokens_and_glue(tokenizer, texts: list[str]) -> tuple[Counter, Counte
         words = [text for text, _ in tokens]
         counts.update(words)
         neighbours.update(zip(words, words[1:]))
-        touching.update((a, b) for (a, start), (b, next_start) in zip(tokens, tokens[1:])
-                        if next_start == start + len(a))
+        touching.update(
+            (a, b) for (a, start), (b, next_start) in zip(tokens, tokens[1:]) if next_start == start + len(a)
+        )
     return counts, neighbours, touching
 
 
@@ -264,6 +300,7 @@ def _learn_glue(neighbours: Counter, touching: Counter) -> tuple[set[str], set[s
     The right side is measured only next to tokens that do not glue left, so that a word usually followed by
     ``.`` is not mistaken for a word that sticks to what follows it.
     """
+
     def majority(side: int, skip: set[str]) -> set[str]:
         tally: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
         for pair, total in neighbours.items():
@@ -300,12 +337,12 @@ class SubwordTokenizer(Tokenizer):
         self._tokenizer = tokenizer
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8000, model: str = "bpe",
-              min_frequency: int = 2) -> "SubwordTokenizer":
+    def train(
+        cls, texts: Iterable[str], vocab_size: int = 8000, model: str = "bpe", min_frequency: int = 2
+    ) -> SubwordTokenizer:
         """Learn a ``model`` ("bpe" or "unigram") vocabulary of ``vocab_size`` ids (specials included)."""
-        from tokenizers import Regex
+        from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
         from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
         texts = _check_texts("texts", texts)
         check_positive_int("vocab_size", vocab_size)
@@ -314,18 +351,20 @@ class SubwordTokenizer(Tokenizer):
         specials = list(SPECIAL_TOKENS)
         if model == "bpe":
             tokenizer = HFTokenizer(models.BPE(unk_token=UNK))
-            trainer: Any = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                          special_tokens=specials, show_progress=False)
+            trainer: Any = trainers.BpeTrainer(
+                vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials, show_progress=False
+            )
         elif model == "unigram":
             tokenizer = HFTokenizer(models.Unigram())
-            trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=UNK,
-                                              show_progress=False)
+            trainer = trainers.UnigramTrainer(
+                vocab_size=vocab_size, special_tokens=specials, unk_token=UNK, show_progress=False
+            )
         else:
             raise ValueError(f"model must be 'bpe' or 'unigram', got {model!r}")
         tokenizer.normalizer = normalizers.Sequence(  # NFC, runs of whitespace -> one space, no outer spaces
-            [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
+            [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+        )
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(), pre_tokenizers.Punctuation()])
         tokenizer.decoder = decoders.Metaspace()
         tokenizer.train_from_iterator(texts, trainer)
         return cls(tokenizer)
@@ -351,7 +390,7 @@ class SubwordTokenizer(Tokenizer):
         return {"type": "subword", "tokenizer": self._tokenizer.to_str()}
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "SubwordTokenizer":
+    def from_dict(cls, values: dict[str, Any]) -> SubwordTokenizer:
         from tokenizers import Tokenizer as HFTokenizer
 
         text = values["tokenizer"]
@@ -383,5 +422,3 @@ def tokenizer_from_dict(values: dict[str, Any]) -> Tokenizer:
         return _TOKENIZER_TYPES[kind].from_dict(values)  # type: ignore[attr-defined]
     except KeyError as missing:
         raise ValueError(f"tokenizer dict of type {kind!r} lacks the key {missing}") from None
-
-

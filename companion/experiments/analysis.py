@@ -179,14 +179,17 @@ def attention_share(weights: torch.Tensor, keys: torch.Tensor, query_mask: torch
     if keys.dtype != torch.bool:
         raise TypeError(f"keys must be a boolean selector (True = count this key), got dtype {keys.dtype}")
     if tuple(keys.shape[-2:]) != (m, n) or (keys.dim() == 3 and keys.shape[0] != batch):
-        raise ValueError(f"keys must have shape [m, n] = {(m, n)} or [batch, m, n] = {(batch, m, n)}, "
-                         f"got {tuple(keys.shape)}")
+        raise ValueError(
+            f"keys must have shape [m, n] = {(m, n)} or [batch, m, n] = {(batch, m, n)}, got {tuple(keys.shape)}"
+        )
     if query_mask is None:
         query_mask = torch.ones(batch, m, dtype=torch.bool, device=weights.device)
     query_mask = check_tensor("query_mask", query_mask, dims=2)
     if query_mask.dtype != torch.bool or tuple(query_mask.shape) != (batch, m):
-        raise ValueError(f"query_mask must be a boolean [batch, m] = {(batch, m)} tensor, got "
-                         f"{query_mask.dtype} {tuple(query_mask.shape)}")
+        raise ValueError(
+            f"query_mask must be a boolean [batch, m] = {(batch, m)} tensor, got "
+            f"{query_mask.dtype} {tuple(query_mask.shape)}"
+        )
     if not bool(query_mask.any()):
         raise ValueError("query_mask must mark at least one query")
     selector = keys if keys.dim() == 3 else keys.expand(batch, m, n)
@@ -264,6 +267,7 @@ def gradient_importance(
         def scale_heads(_, args):
             gate = gates[name].to(args[0].device, args[0].dtype).repeat_interleave(module.d_head)  # [d_model]
             return (args[0] * gate,) + tuple(args[1:])
+
         return scale_heads
 
     handles = [module.out_proj.register_forward_pre_hook(make_hook(name, module)) for name, module in modules.items()]

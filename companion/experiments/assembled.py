@@ -100,8 +100,12 @@ def _sublayer_labels(norm_first: bool, decoder: bool) -> dict[str, str]:
     come before their sub-layer, whose output is then added to the residual stream."""
     add = " + add" if norm_first else ""
     norm = "layer norm" if norm_first else "add & norm"
-    labels = {"self_attn.out_proj": ("masked self-attention" if decoder else "self-attention") + add,
-              "ffn": "feed-forward" + add, "norm1": norm, "norm2": norm}
+    labels = {
+        "self_attn.out_proj": ("masked self-attention" if decoder else "self-attention") + add,
+        "ffn": "feed-forward" + add,
+        "norm1": norm,
+        "norm2": norm,
+    }
     if decoder:
         labels.update({"cross_attn.out_proj": "cross-attention" + add, "norm3": norm})
     return labels
@@ -134,6 +138,7 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
             if label.startswith("cross-attention") and layer in memory_shape:
                 extra = {"Q from decoder": memory_shape[layer][0], "K, V from encoder": memory_shape[layer][1]}
             records.append(ShapeRecord(len(records), label, module, side, layer, tuple(out.shape), extra))
+
         return hook
 
     encoder_done = [False]  # the target embedding runs after the encoder (this matters when it is shared)
@@ -142,12 +147,15 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
         def hook(_module, _args, output):
             side = "decoder" if encoder_done[0] else "encoder"
             records.append(ShapeRecord(len(records), "embedding", name, side, None, tuple(output.shape)))
+
         return hook
 
     def pos_hook(side: str, name: str):
         def hook(_module, _args, output):
-            records.append(ShapeRecord(len(records), "x sqrt(d) + positional encoding", name, side, None,
-                                       tuple(output.shape)))
+            records.append(
+                ShapeRecord(len(records), "x sqrt(d) + positional encoding", name, side, None, tuple(output.shape))
+            )
+
         return hook
 
     def mark_encoder_done(_module, _args, _output):
@@ -156,12 +164,14 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
     def memory_hook(layer: int):
         def hook(_module, args):
             memory_shape[layer] = (tuple(args[0].shape), tuple(args[1].shape))
+
         return hook
 
     try:
         shared = model.tgt_embed is model.src_embed
-        handles.append(model.src_embed.register_forward_hook(embed_hook("src_embed (shared)" if shared
-                                                                        else "src_embed")))
+        handles.append(
+            model.src_embed.register_forward_hook(embed_hook("src_embed (shared)" if shared else "src_embed"))
+        )
         if not shared:
             handles.append(model.tgt_embed.register_forward_hook(embed_hook("tgt_embed")))
         handles.append(model.encoder.register_forward_hook(mark_encoder_done))
@@ -175,16 +185,16 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
                     module = layer.get_submodule(sub)
                     handles.append(module.register_forward_hook(add(label, f"{side}.layers.{i}.{sub}", side, i)))
             if stack.norm is not None:
-                handles.append(stack.norm.register_forward_hook(add("final layer norm", f"{side}.norm", side,
-                                                                    None)))
+                handles.append(stack.norm.register_forward_hook(add("final layer norm", f"{side}.norm", side, None)))
         handles.append(model.generator.register_forward_hook(add("linear (logits)", "generator", "decoder", None)))
         with torch.no_grad():
             logits = model(src, tgt)
     finally:
         for handle in handles:
             handle.remove()
-    records.append(ShapeRecord(len(records), "softmax", "(in the loss / decoder)", "decoder", None,
-                               tuple(logits.shape)))
+    records.append(
+        ShapeRecord(len(records), "softmax", "(in the loss / decoder)", "decoder", None, tuple(logits.shape))
+    )
     return records
 
 
@@ -204,8 +214,15 @@ def _shape_text(shape: tuple[int, ...], symbols: dict[int, str]) -> str:
     return text
 
 
-_BOX_COLOURS = {"positional": "#f6dede", "attention": "#f9d7a6", "feed-forward": "#bfe3f2", "norm": "#f4f1a3",
-                "embedding": "#f6c6c6", "linear": "#d6c9ef", "softmax": "#c9efc9"}
+_BOX_COLOURS = {
+    "positional": "#f6dede",
+    "attention": "#f9d7a6",
+    "feed-forward": "#bfe3f2",
+    "norm": "#f4f1a3",
+    "embedding": "#f6c6c6",
+    "linear": "#d6c9ef",
+    "softmax": "#c9efc9",
+}
 
 
 def _box_colour(label: str) -> str:
@@ -215,8 +232,9 @@ def _box_colour(label: str) -> str:
     return "#eeeeee"
 
 
-def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | None = None, ax=None,
-                      title: str | None = None):
+def draw_architecture(
+    records: Sequence[ShapeRecord], symbols: dict[int, str] | None = None, ax=None, title: str | None = None
+):
     """Draw the encoder-decoder as boxes, one per record of :func:`record_shapes`, labelled with its shape.
 
     The encoder's records go up the left column and the decoder's up the right one, in the order the hooks saw
@@ -230,8 +248,10 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
     if not records:
         raise ValueError("records must hold at least one ShapeRecord, got an empty sequence")
     symbols = symbols or {}
-    columns = {"encoder": [r for r in records if r.side == "encoder"],
-               "decoder": [r for r in records if r.side == "decoder"]}
+    columns = {
+        "encoder": [r for r in records if r.side == "encoder"],
+        "decoder": [r for r in records if r.side == "decoder"],
+    }
     rows = max(len(c) for c in columns.values())
     if ax is None:
         fig, ax = plt.subplots(figsize=(11, 0.62 * rows + 1.6))
@@ -248,27 +268,76 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
             centre[record.order] = (x, y)
             if record.layer is not None:
                 frames.setdefault(record.layer, []).append(y)
-            ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                        boxstyle="round,pad=0.02", facecolor=_box_colour(record.label),
-                                        edgecolor="black", linewidth=0.8, zorder=2))
-            ax.text(x, y, f"{record.label}   {_shape_text(record.shape, symbols)}", ha="center", va="center",
-                    fontsize=7.5, zorder=3)
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x - width / 2, y - height / 2),
+                    width,
+                    height,
+                    boxstyle="round,pad=0.02",
+                    facecolor=_box_colour(record.label),
+                    edgecolor="black",
+                    linewidth=0.8,
+                    zorder=2,
+                )
+            )
+            ax.text(
+                x,
+                y,
+                f"{record.label}   {_shape_text(record.shape, symbols)}",
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                zorder=3,
+            )
             if row:
-                ax.add_patch(FancyArrowPatch((x, y - step + height / 2), (x, y - height / 2),
-                                             arrowstyle="-|>", mutation_scale=8, color="black", zorder=1))
+                ax.add_patch(
+                    FancyArrowPatch(
+                        (x, y - step + height / 2),
+                        (x, y - height / 2),
+                        arrowstyle="-|>",
+                        mutation_scale=8,
+                        color="black",
+                        zorder=1,
+                    )
+                )
             if "add" in record.label and row >= 2:  # residual: the input of the sub-layer joins its output
                 outer = x - width / 2 if side == "encoder" else x + width / 2
-                ax.add_patch(FancyArrowPatch((outer, y - 2 * step + 0.1), (outer, y),
-                                             connectionstyle=f"arc3,rad={-0.6 if side == 'encoder' else 0.6}",
-                                             arrowstyle="-|>", mutation_scale=7, color="grey", linewidth=0.8,
-                                             zorder=1))
+                ax.add_patch(
+                    FancyArrowPatch(
+                        (outer, y - 2 * step + 0.1),
+                        (outer, y),
+                        connectionstyle=f"arc3,rad={-0.6 if side == 'encoder' else 0.6}",
+                        arrowstyle="-|>",
+                        mutation_scale=7,
+                        color="grey",
+                        linewidth=0.8,
+                        zorder=1,
+                    )
+                )
         for layer, ys in frames.items():
-            ax.add_patch(FancyBboxPatch((x - width / 2 - 0.25, min(ys) - height / 2 - 0.08), width + 0.5,
-                                        max(ys) - min(ys) + height + 0.16, boxstyle="round,pad=0.02",
-                                        facecolor="none", edgecolor="grey", linestyle="--", zorder=1))
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x - width / 2 - 0.25, min(ys) - height / 2 - 0.08),
+                    width + 0.5,
+                    max(ys) - min(ys) + height + 0.16,
+                    boxstyle="round,pad=0.02",
+                    facecolor="none",
+                    edgecolor="grey",
+                    linestyle="--",
+                    zorder=1,
+                )
+            )
             side_x = x - width / 2 - 0.75 if side == "encoder" else x + width / 2 + 0.75
-            ax.text(side_x, (min(ys) + max(ys)) / 2, f"{side} layer {layer + 1}", rotation=90, ha="center",
-                    va="center", fontsize=8, color="dimgrey")
+            ax.text(
+                side_x,
+                (min(ys) + max(ys)) / 2,
+                f"{side} layer {layer + 1}",
+                rotation=90,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="dimgrey",
+            )
     if columns["encoder"]:
         top = columns["encoder"][-1]
         ex, ey = centre[top.order]
@@ -276,12 +345,19 @@ def draw_architecture(records: Sequence[ShapeRecord], symbols: dict[int, str] | 
         for record in columns["decoder"]:
             if record.label.startswith("cross-attention"):
                 dx, dy = centre[record.order]
-                ax.add_patch(FancyArrowPatch((ex + width / 2, ey + 0.05), (dx - width / 2, dy),
-                                             connectionstyle="arc3,rad=-0.15", arrowstyle="-|>",
-                                             mutation_scale=9, color="tab:red", zorder=1))
+                ax.add_patch(
+                    FancyArrowPatch(
+                        (ex + width / 2, ey + 0.05),
+                        (dx - width / 2, dy),
+                        connectionstyle="arc3,rad=-0.15",
+                        arrowstyle="-|>",
+                        mutation_scale=9,
+                        color="tab:red",
+                        zorder=1,
+                    )
+                )
     ax.text(x_of["encoder"], -step * 0.9, "source ids [B, n]", ha="center", fontsize=8)
-    ax.text(x_of["decoder"], -step * 0.9, "decoder input ids [B, t] (target shifted right)", ha="center",
-            fontsize=8)
+    ax.text(x_of["decoder"], -step * 0.9, "decoder input ids [B, t] (target shifted right)", ha="center", fontsize=8)
     ax.set_xlim(-2.9, 8.1)
     ax.set_ylim(-step * 1.3, rows * step)
     ax.axis("off")
@@ -298,17 +374,22 @@ def draw_residual_variants(ax_post, ax_pre) -> None:
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     def box(ax, y, label, colour):
-        ax.add_patch(FancyBboxPatch((-0.9, y - 0.22), 1.8, 0.44, boxstyle="round,pad=0.02", facecolor=colour,
-                                    edgecolor="black"))
+        ax.add_patch(
+            FancyBboxPatch((-0.9, y - 0.22), 1.8, 0.44, boxstyle="round,pad=0.02", facecolor=colour, edgecolor="black")
+        )
         ax.text(0, y, label, ha="center", va="center", fontsize=9)
 
     def arrow(ax, start, end, colour="black", rad=0.0):
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color=colour,
-                                     connectionstyle=f"arc3,rad={rad}"))
+        ax.add_patch(
+            FancyArrowPatch(
+                start, end, arrowstyle="-|>", mutation_scale=10, color=colour, connectionstyle=f"arc3,rad={rad}"
+            )
+        )
 
     def plus(ax, y):
-        ax.add_patch(FancyBboxPatch((-0.15, y - 0.15), 0.3, 0.3, boxstyle="circle", facecolor="white",
-                                    edgecolor="black"))
+        ax.add_patch(
+            FancyBboxPatch((-0.15, y - 0.15), 0.3, 0.3, boxstyle="circle", facecolor="white", edgecolor="black")
+        )
         ax.text(0, y, "+", ha="center", va="center", fontsize=11)
 
     for ax, norm_first in ((ax_post, False), (ax_pre, True)):
@@ -443,10 +524,13 @@ def gradient_norms_at_init(config: TransformerConfig, batch: Batch, seed: int = 
     model = Transformer(config).eval()
     _mean_token_loss(model, batch, config.pad_id).backward()
 
-    return {"encoder": [_grad_norm(layer) for layer in model.encoder.layers],
-            "decoder": [_grad_norm(layer) for layer in model.decoder.layers],
-            "decoder_ffn_w2": [_grad_norm(layer.get_submodule("ffn.linear2"), weight_only=True)
-                               for layer in model.decoder.layers]}
+    return {
+        "encoder": [_grad_norm(layer) for layer in model.encoder.layers],
+        "decoder": [_grad_norm(layer) for layer in model.decoder.layers],
+        "decoder_ffn_w2": [
+            _grad_norm(layer.get_submodule("ffn.linear2"), weight_only=True) for layer in model.decoder.layers
+        ],
+    }
 
 
 def warmup_schedule(peak_lr: float, warmup: int) -> Callable[[int], float]:
@@ -473,8 +557,9 @@ class TrainResult:
         return sum(tail) / len(tail)
 
 
-def train_small(config: TransformerConfig, batches: Sequence[Batch], steps: int, lr: Callable[[int], float],
-                seed: int = 0) -> TrainResult:
+def train_small(
+    config: TransformerConfig, batches: Sequence[Batch], steps: int, lr: Callable[[int], float], seed: int = 0
+) -> TrainResult:
     """Train a fresh :class:`companion.Transformer` (built after ``torch.manual_seed(seed)``) for ``steps`` Adam
     steps with the paper's betas 0.9/0.98 and eps 1e-9, no label smoothing, cycling through ``batches``;
     ``lr(step)`` gives the learning rate of step 1, 2, ... (e.g. :func:`warmup_schedule`).
@@ -490,13 +575,23 @@ def train_small(config: TransformerConfig, batches: Sequence[Batch], steps: int,
     torch.manual_seed(seed)
     model = Transformer(config)
     grad_norms: list[float] = []
+
     def loss_fn(module: nn.Module, batch: Batch) -> torch.Tensor:
         return _mean_token_loss(module, batch, config.pad_id)
 
-    losses = fit(model, [batches[i % len(batches)] for i in range(steps)], loss_fn, steps,
-                 lr=1.0, schedule=lambda completed: lr(completed + 1),  # base 1.0: the multiplier is the rate
-                 betas=(0.9, 0.98), eps=1e-9, seed=seed, stop_on_nonfinite=True,
-                 on_step=lambda _step, _loss, norm: grad_norms.append(norm))
+    losses = fit(
+        model,
+        [batches[i % len(batches)] for i in range(steps)],
+        loss_fn,
+        steps,
+        lr=1.0,
+        schedule=lambda completed: lr(completed + 1),  # base 1.0: the multiplier is the rate
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        seed=seed,
+        stop_on_nonfinite=True,
+        on_step=lambda _step, _loss, norm: grad_norms.append(norm),
+    )
     return TrainResult(model.eval(), losses, grad_norms)
 
 
@@ -602,6 +697,7 @@ def make_table1_layer(kind: str, d_model: int, k: int = 3, r: int = 2, layer: in
             if key not in inputs:
                 inputs[key] = torch.randn(h.shape, dtype=h.dtype, generator=torch.Generator().manual_seed(1))
             return rnn.step(inputs[key], h)
+
         return step
     if kind == "convolution":
         conv = nn.Conv1d(d_model, d_model, k, padding=(k - 1) // 2).double()
@@ -611,8 +707,7 @@ def make_table1_layer(kind: str, d_model: int, k: int = 3, r: int = 2, layer: in
     return lambda x: conv(nn.functional.pad(x.transpose(1, 2), (dilation * (k - 1), 0))).transpose(1, 2)
 
 
-def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], n: int, d_model: int, seed: int = 0
-                      ) -> torch.Tensor:
+def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], n: int, d_model: int, seed: int = 0) -> torch.Tensor:
     """Which outputs of ``fn`` depend on which inputs: ``D[i, j]`` is True when output position i has a
     non-zero Jacobian block with respect to input position j.
 
@@ -626,8 +721,7 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], n: int, d_mode
     return jacobian.abs().amax(dim=(1, 3)) > 0
 
 
-def max_path_length(layers: Callable[[int], torch.Tensor], reachable: torch.Tensor, max_layers: int = 10_000
-                    ) -> int:
+def max_path_length(layers: Callable[[int], torch.Tensor], reachable: torch.Tensor, max_layers: int = 10_000) -> int:
     """The fewest layers after which every pair in ``reachable`` is connected.
 
     ``layers(l)`` is layer l's dependency matrix ``[n, n]`` (from :func:`dependency_matrix`). After L layers,

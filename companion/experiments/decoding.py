@@ -106,8 +106,9 @@ def _check_max_extra_len(max_extra_len: object) -> None:
         raise ValueError(f"max_extra_len must be a non-negative integer, got {max_extra_len!r}")
 
 
-def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                    cache, bos_id: int) -> torch.Tensor:
+def _next_log_probs(
+    model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache, bos_id: int
+) -> torch.Tensor:
     """``[rows, V]`` log-probabilities of the next token given the newest tokens ``last [rows, 1]`` and the
     ``cache``; ``<pad>`` and ``<bos>`` are never generated (the same rule as the core searches)."""
     logits = model.decode(last, memory, src_mask, cache=cache)[:, -1].float()
@@ -117,8 +118,16 @@ def _next_log_probs(model: Transformer, last: torch.Tensor, memory: torch.Tensor
 
 
 @torch.no_grad()
-def traced_beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4, *, max_extra_len: int = 50,
-                       record_steps: bool = False, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> list[BeamTrace]:
+def traced_beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    beam_size: int = 4,
+    *,
+    max_extra_len: int = 50,
+    record_steps: bool = False,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[BeamTrace]:
     """Beam search over ``src [batch, n]`` that returns, per sentence, all finished hypotheses (and with
     ``record_steps`` every step's candidates and survivors).
 
@@ -168,14 +177,20 @@ def traced_beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4
                         trace.finished.append(hyp)
                         finished_now.append(hyp)
                 if record_steps:
-                    trace.steps.append(BeamStep(
-                        step,
-                        [(tuple(prefixes[i * k + b]) + (t,), s, b) for s, b, t in zip(c_scores, c_beams, c_tokens)],
-                        finished_now,
-                        [(tuple(prefixes[i * k + b]) + (t,), s) for s, b, t in
-                         zip(new_scores[i].tolist(), new_beams[i].tolist(), new_tokens[i].tolist())
-                         if s != float("-inf")],
-                    ))
+                    trace.steps.append(
+                        BeamStep(
+                            step,
+                            [(tuple(prefixes[i * k + b]) + (t,), s, b) for s, b, t in zip(c_scores, c_beams, c_tokens)],
+                            finished_now,
+                            [
+                                (tuple(prefixes[i * k + b]) + (t,), s)
+                                for s, b, t in zip(
+                                    new_scores[i].tolist(), new_beams[i].tolist(), new_tokens[i].tolist()
+                                )
+                                if s != float("-inf")
+                            ],
+                        )
+                    )
             scores = new_scores
             tokens = torch.cat([tokens[rows], new_tokens.reshape(-1, 1)], dim=1)
             cache.reorder(rows)
@@ -187,8 +202,9 @@ def traced_beam_search(model: Transformer, src: torch.Tensor, beam_size: int = 4
                 if step >= limits[sentence]:  # out of length: the running hypotheses finish as they are
                     for beam in range(k):
                         if scores[i, beam] != float("-inf"):
-                            trace.finished.append(Finished(tuple(tokens[i * k + beam, 1:].tolist()),
-                                                           float(scores[i, beam]), step))
+                            trace.finished.append(
+                                Finished(tuple(tokens[i * k + beam, 1:].tolist()), float(scores[i, beam]), step)
+                            )
                     continue
                 keep.append(i)
             if len(keep) < len(active):
@@ -204,12 +220,19 @@ def length_sorted_batches(sources: Sequence[Sequence[int]], batch_size: int) -> 
     """Indices of ``sources`` in batches of ``batch_size``, longest first (as :func:`companion.translate_ids`)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+        yield order[start : start + batch_size]
 
 
-def traced_beam_search_corpus(model: Transformer, sources: Sequence[Sequence[int]], beam_size: int, *,
-                              batch_size: int = 100, max_extra_len: int = 50,
-                              bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> tuple[list[BeamTrace], float]:
+def traced_beam_search_corpus(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    beam_size: int,
+    *,
+    batch_size: int = 100,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> tuple[list[BeamTrace], float]:
     """:func:`traced_beam_search` over a corpus of id lists (each ending in ``<eos>``), in length-sorted batches.
 
     Returns the traces in the order of ``sources`` and the wall time of the search in seconds.
@@ -219,8 +242,9 @@ def traced_beam_search_corpus(model: Transformer, sources: Sequence[Sequence[int
     start = time.perf_counter()
     for chunk in length_sorted_batches(sources, batch_size):
         src = pad_sequences([sources[i] for i in chunk], model.config.pad_id)
-        for i, trace in zip(chunk, traced_beam_search(model, src, beam_size, max_extra_len=max_extra_len,
-                                                      bos_id=bos_id, eos_id=eos_id)):
+        for i, trace in zip(
+            chunk, traced_beam_search(model, src, beam_size, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
+        ):
             traces[i] = trace
     return traces, time.perf_counter() - start  # type: ignore[return-value]
 
@@ -228,8 +252,9 @@ def traced_beam_search_corpus(model: Transformer, sources: Sequence[Sequence[int
 # ----------------------------------------------------------------------------------------------------------
 # Greedy search with and without the key/value cache
 # ----------------------------------------------------------------------------------------------------------
-def _logits_without_cache(model: Transformer, prefix: torch.Tensor, memory: torch.Tensor,
-                          src_mask: torch.Tensor, bos_id: int) -> torch.Tensor:
+def _logits_without_cache(
+    model: Transformer, prefix: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, bos_id: int
+) -> torch.Tensor:
     """Next-token logits ``[rows, V]`` from the whole prefix ``[rows, t]``, recomputed from scratch."""
     logits = model.decode(prefix, memory, src_mask)[:, -1].float()
     logits[:, model.config.pad_id] = float("-inf")
@@ -238,8 +263,9 @@ def _logits_without_cache(model: Transformer, prefix: torch.Tensor, memory: torc
 
 
 @torch.no_grad()
-def greedy_recompute(model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID,
-                     eos_id: int = EOS_ID) -> list[list[int]]:
+def greedy_recompute(
+    model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+) -> list[list[int]]:
     """Greedy search *without* a cache: at every step the decoder reruns over the whole prefix ``[batch, t]``.
 
     Same rules and outputs as :func:`companion.greedy_decode` (which feeds one token per step and caches the
@@ -268,8 +294,9 @@ def greedy_recompute(model: Transformer, src: torch.Tensor, *, max_extra_len: in
 
 
 @torch.no_grad()
-def decode_fixed_steps(model: Transformer, src: torch.Tensor, steps: int, *, use_cache: bool,
-                       bos_id: int = BOS_ID) -> tuple[torch.Tensor, torch.Tensor]:
+def decode_fixed_steps(
+    model: Transformer, src: torch.Tensor, steps: int, *, use_cache: bool, bos_id: int = BOS_ID
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding of exactly ``steps`` tokens per sentence (``<eos>`` does not stop it), with or without
     the key/value cache, for timing against the output length.
 
@@ -333,16 +360,21 @@ def cache_nbytes(cache: object) -> int:
     return total
 
 
-def kv_cache_bytes(num_layers: int, rows: int, tgt_len: int, src_len: int, d_model: int,
-                   bytes_per_element: int = 4) -> int:
+def kv_cache_bytes(
+    num_layers: int, rows: int, tgt_len: int, src_len: int, d_model: int, bytes_per_element: int = 4
+) -> int:
     """Bytes a decoder's key/value cache holds after ``tgt_len`` steps.
 
     Per layer and per row (sentence, or beam of a sentence): keys and values of the ``tgt_len`` decoded positions
     for self-attention and of the ``src_len`` source positions for cross-attention, each ``d_model`` wide
     (``heads * d_head``): ``2 * num_layers * rows * (tgt_len + src_len) * d_model * bytes_per_element``.
     """
-    for name, value in (("num_layers", num_layers), ("rows", rows), ("d_model", d_model),
-                        ("bytes_per_element", bytes_per_element)):
+    for name, value in (
+        ("num_layers", num_layers),
+        ("rows", rows),
+        ("d_model", d_model),
+        ("bytes_per_element", bytes_per_element),
+    ):
         check_positive_int(name, value)
     for name, value in (("tgt_len", tgt_len), ("src_len", src_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -366,9 +398,17 @@ def top_k_filter(logits: torch.Tensor, top_k: int | None) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sample_decode(model: Transformer, src: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
-                  generator: torch.Generator | None = None, max_extra_len: int = 50, bos_id: int = BOS_ID,
-                  eos_id: int = EOS_ID) -> list[list[int]]:
+def sample_decode(
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[int]]:
     """Ancestral sampling with the key/value cache: at every step draw the next token from
     ``softmax(logits / temperature)`` restricted to the ``top_k`` most probable tokens.
 
@@ -405,8 +445,14 @@ def sample_decode(model: Transformer, src: torch.Tensor, *, temperature: float =
 # ----------------------------------------------------------------------------------------------------------
 # Search errors and model errors
 # ----------------------------------------------------------------------------------------------------------
-def score_corpus(model: Transformer, sources: Sequence[Sequence[int]], hypotheses: Sequence[Sequence[int]], *,
-                 alpha: float, batch_size: int = 200) -> list[float]:
+def score_corpus(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    hypotheses: Sequence[Sequence[int]],
+    *,
+    alpha: float,
+    batch_size: int = 200,
+) -> list[float]:
     """:func:`companion.score_hypotheses` over a corpus: the normalised model score ``log P(y | x) / lp(|y|)``
     of each hypothesis (ids without ``<bos>``/``<eos>``) given its source (ids ending in ``<eos>``)."""
     if len(sources) != len(hypotheses):
@@ -418,4 +464,3 @@ def score_corpus(model: Transformer, sources: Sequence[Sequence[int]], hypothese
         for i, value in zip(chunk, score_hypotheses(model, src, [list(hypotheses[i]) for i in chunk], alpha=alpha)):
             scores[i] = value
     return scores
-

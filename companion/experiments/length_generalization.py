@@ -71,20 +71,28 @@ def _check_length(model: Transformer, name: str, value: object) -> int:
     length = check_positive_int(name, value)
     if length + 1 > model.config.max_len:  # the source gets <eos>, the decoder input <bos>
         raise ValueError(
-            f"{name} must be at most max_len - 1 = {model.config.max_len - 1} (one slot for <eos>/<bos>), "
-            f"got {length}"
+            f"{name} must be at most max_len - 1 = {model.config.max_len - 1} (one slot for <eos>/<bos>), got {length}"
         )
     return length
 
 
 def _pairs(task: str, length: int, num_examples: int, vocab_size: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    return synthetic_pairs(task, num_examples, min_len=length, max_len=length, vocab_size=vocab_size,
-                           seed=seed + length)
+    return synthetic_pairs(
+        task, num_examples, min_len=length, max_len=length, vocab_size=vocab_size, seed=seed + length
+    )
 
 
 @torch.no_grad()
-def length_report(model: Transformer, task: str, lengths: Sequence[int], *, vocab_size: int,
-                  examples_per_length: int = 100, seed: int = 0, max_extra_len: int = 5) -> list[LengthResult]:
+def length_report(
+    model: Transformer,
+    task: str,
+    lengths: Sequence[int],
+    *,
+    vocab_size: int,
+    examples_per_length: int = 100,
+    seed: int = 0,
+    max_extra_len: int = 5,
+) -> list[LengthResult]:
     """Greedy-decode ``examples_per_length`` fresh examples of ``task`` for every length in ``lengths``.
 
     Args:
@@ -114,18 +122,21 @@ def length_report(model: Transformer, task: str, lengths: Sequence[int], *, voca
         outputs = greedy_decode(model, src, max_extra_len=max_extra_len)
         exact = sum(output == target for output, (_, target) in zip(outputs, pairs))
         right = sum(sum(a == b for a, b in zip(output, target)) for output, (_, target) in zip(outputs, pairs))
-        results.append(LengthResult(
-            length=length,
-            exact_match=exact / len(pairs),
-            token_accuracy=right / (length * len(pairs)),
-            mean_output_length=sum(len(output) for output in outputs) / len(pairs),
-        ))
+        results.append(
+            LengthResult(
+                length=length,
+                exact_match=exact / len(pairs),
+                token_accuracy=right / (length * len(pairs)),
+                mean_output_length=sum(len(output) for output in outputs) / len(pairs),
+            )
+        )
     return results
 
 
 @torch.no_grad()
-def position_accuracy(model: Transformer, task: str, length: int, *, vocab_size: int, num_examples: int = 100,
-                      seed: int = 0) -> torch.Tensor:
+def position_accuracy(
+    model: Transformer, task: str, length: int, *, vocab_size: int, num_examples: int = 100, seed: int = 0
+) -> torch.Tensor:
     """Teacher-forced accuracy at every target position, ``[length]`` (float, on the CPU).
 
     The decoder reads ``<bos>`` and the correct target prefix; at position ``p`` the prediction is the most

@@ -90,7 +90,7 @@ class CharTokenizer(Tokenizer):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable description; :meth:`from_dict` rebuilds the tokenizer."""
-        return {"type": "char", "characters": "".join(self.itos[len(SPECIAL_TOKENS):])}
+        return {"type": "char", "characters": "".join(self.itos[len(SPECIAL_TOKENS) :])}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> CharTokenizer:
@@ -224,9 +224,7 @@ class DecoderOnlyLM(nn.Module):
     def _check_tokens(self, name: str, tokens: object) -> torch.Tensor:
         tokens = check_token_ids(name, tokens, self.config.vocab_size)
         if tokens.shape[1] > self.config.max_len:
-            raise ValueError(
-                f"{name} has {tokens.shape[1]} positions, more than max_len={self.config.max_len}"
-            )
+            raise ValueError(f"{name} has {tokens.shape[1]} positions, more than max_len={self.config.max_len}")
         return tokens
 
     def forward(self, tokens: torch.Tensor, need_weights: bool = False):
@@ -367,5 +365,15 @@ def train_language_model(
         inputs, targets = _shifted(batch)
         return F.cross_entropy(model(inputs).transpose(1, 2), targets, ignore_index=pad)
 
-    return fit(model, random_batch, next_token_loss, steps, lr=lr, seed=seed, seed_global_rng=True,
-               betas=(0.9, 0.98), schedule=schedule, clip_norm=1.0)
+    return fit(
+        model,
+        random_batch,
+        next_token_loss,
+        steps,
+        lr=lr,
+        seed=seed,
+        seed_global_rng=True,
+        betas=(0.9, 0.98),
+        schedule=schedule,
+        clip_norm=1.0,
+    )

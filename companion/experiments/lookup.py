@@ -32,8 +32,15 @@ from .._validation import check_last_dim, check_positive_int, check_tensor
 from .scoring import AdditiveScore, DotScore, GeneralScore, attend
 from .training import fit
 
-__all__ = ["LookupBatch", "LookupTask", "LookupModel", "SCORER_KINDS", "make_lookup_model", "train_lookup",
-           "evaluate_lookup"]
+__all__ = [
+    "LookupBatch",
+    "LookupTask",
+    "LookupModel",
+    "SCORER_KINDS",
+    "make_lookup_model",
+    "train_lookup",
+    "evaluate_lookup",
+]
 
 SCORER_KINDS = ("additive", "additive_no_bias", "general", "dot", "scaled_dot")
 """Names accepted by :func:`make_lookup_model`."""
@@ -188,9 +195,16 @@ def train_lookup(
     """
     check_positive_int("batch_size", batch_size)
     _check_model_fits_task(model, task)
-    return fit(model, lambda generator: task.sample(batch_size, generator),
-               lambda model, batch: _lookup_loss(model, batch)[0], steps, lr=lr, seed=seed, optimizer=optimizer,
-               momentum=0.9)
+    return fit(
+        model,
+        lambda generator: task.sample(batch_size, generator),
+        lambda model, batch: _lookup_loss(model, batch)[0],
+        steps,
+        lr=lr,
+        seed=seed,
+        optimizer=optimizer,
+        momentum=0.9,
+    )
 
 
 @torch.no_grad()

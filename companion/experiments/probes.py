@@ -125,14 +125,29 @@ class SequenceClassifier(nn.Module):
         max_len: longest sequence accepted.
     """
 
-    def __init__(self, vocab_size: int, num_classes: int, d_model: int = 32, num_heads: int = 4,
-                 num_layers: int = 1, d_ff: int | None = None, max_len: int = 64) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        d_model: int = 32,
+        num_heads: int = 4,
+        num_layers: int = 1,
+        d_ff: int | None = None,
+        max_len: int = 64,
+    ) -> None:
         super().__init__()
         check_positive_int("num_classes", num_classes)
         self.layer_config = TransformerConfig(
-            src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, d_model=d_model, num_heads=num_heads,
-            num_encoder_layers=num_layers, num_decoder_layers=0, d_ff=d_ff or 4 * d_model, dropout=0.0,
-            max_len=max_len, norm_first=True,
+            src_vocab_size=vocab_size,
+            tgt_vocab_size=vocab_size,
+            d_model=d_model,
+            num_heads=num_heads,
+            num_encoder_layers=num_layers,
+            num_decoder_layers=0,
+            d_ff=d_ff or 4 * d_model,
+            dropout=0.0,
+            max_len=max_len,
+            norm_first=True,
         )
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -154,8 +169,9 @@ class SequenceClassifier(nn.Module):
 # -- 2. offset mixing ---------------------------------------------------------------------------------------------
 
 
-def offset_mixing_task(num_examples: int, seq_len: int, d_model: int, offsets: Sequence[int],
-                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def offset_mixing_task(
+    num_examples: int, seq_len: int, d_model: int, offsets: Sequence[int], seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs ``x [num, seq_len, d_model]`` (standard normal) and targets ``y`` of the same shape.
 
     The features are cut into ``k = len(offsets)`` equal contiguous groups; group g of ``y[:, i]`` is group g of
@@ -175,7 +191,7 @@ def offset_mixing_task(num_examples: int, seq_len: int, d_model: int, offsets: S
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num_examples, seq_len, d_model, generator=generator)
     width = d_model // len(offsets)
-    groups = [torch.roll(x[..., g * width:(g + 1) * width], shifts=-o, dims=1) for g, o in enumerate(offsets)]
+    groups = [torch.roll(x[..., g * width : (g + 1) * width], shifts=-o, dims=1) for g, o in enumerate(offsets)]
     return x, torch.cat(groups, dim=-1)
 
 
@@ -217,9 +233,17 @@ class PositionalMixer(nn.Module):
 # -- training and scoring -----------------------------------------------------------------------------------------
 
 
-def fit(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
-        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], steps: int, batch_size: int = 128,
-        lr: float = 3e-3, warmup: int = 30, seed: int = 0) -> list[float]:
+def fit(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    steps: int,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    warmup: int = 30,
+    seed: int = 0,
+) -> list[float]:
     """Train ``model`` so that ``loss_fn(model(inputs[rows]), targets[rows])`` goes down; returns every step's loss.
 
     Each step draws ``batch_size`` random rows (seeded by ``seed``), takes one Adam step (betas 0.9, 0.98)
@@ -230,8 +254,10 @@ def fit(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
     check_tensor("inputs", inputs)
     check_tensor("targets", targets)
     if inputs.shape[0] != targets.shape[0] or inputs.shape[0] == 0:
-        raise ValueError(f"inputs and targets must hold the same positive number of rows, got "
-                         f"{tuple(inputs.shape)} and {tuple(targets.shape)}")
+        raise ValueError(
+            f"inputs and targets must hold the same positive number of rows, got "
+            f"{tuple(inputs.shape)} and {tuple(targets.shape)}"
+        )
     check_positive_int("steps", steps)
     check_positive_int("batch_size", batch_size)
     if not callable(loss_fn):
@@ -243,8 +269,17 @@ def fit(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
     def rows_loss(model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
         return loss_fn(model(inputs[rows]), targets[rows])
 
-    return training.fit(model, random_rows, rows_loss, steps, lr=lr, seed=seed, betas=(0.9, 0.98),
-                        schedule=warmup_cosine_schedule(warmup, steps), clip_norm=1.0)
+    return training.fit(
+        model,
+        random_rows,
+        rows_loss,
+        steps,
+        lr=lr,
+        seed=seed,
+        betas=(0.9, 0.98),
+        schedule=warmup_cosine_schedule(warmup, steps),
+        clip_norm=1.0,
+    )
 
 
 @torch.no_grad()
@@ -253,11 +288,13 @@ def accuracy(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor, batch
     check_tensor("labels", labels, dims=1)
     check_tensor("tokens", tokens)
     if tokens.shape[0] != labels.shape[0]:
-        raise ValueError(f"tokens and labels must hold the same number of rows, got {tokens.shape[0]} and "
-                         f"{labels.shape[0]}")
+        raise ValueError(
+            f"tokens and labels must hold the same number of rows, got {tokens.shape[0]} and {labels.shape[0]}"
+        )
     model.eval()
-    correct = sum(int((model(t).argmax(-1) == y).sum()) for t, y in zip(tokens.split(batch_size),
-                                                                       labels.split(batch_size)))
+    correct = sum(
+        int((model(t).argmax(-1) == y).sum()) for t, y in zip(tokens.split(batch_size), labels.split(batch_size))
+    )
     return correct / labels.shape[0]
 
 
@@ -267,7 +304,7 @@ def relative_error(prediction: torch.Tensor, target: torch.Tensor) -> float:
     check_tensor("prediction", prediction)
     check_tensor("target", target)
     if prediction.shape != target.shape:
-        raise ValueError(f"prediction and target must have the same shape, got {tuple(prediction.shape)} and "
-                         f"{tuple(target.shape)}")
+        raise ValueError(
+            f"prediction and target must have the same shape, got {tuple(prediction.shape)} and {tuple(target.shape)}"
+        )
     return float(((prediction - target) ** 2).mean() / (target**2).mean())
-

@@ -63,8 +63,7 @@ def _source_lengths(src: torch.Tensor, pad_id: int) -> torch.Tensor:
     if not torch.equal(real, expected):
         row = int((real != expected).any(dim=1).nonzero()[0])
         raise ValueError(
-            f"src must be right-padded (real tokens first, then pad_id={pad_id}), row {row} is "
-            f"{src[row].tolist()}"
+            f"src must be right-padded (real tokens first, then pad_id={pad_id}), row {row} is {src[row].tolist()}"
         )
     return lengths
 

@@ -35,8 +35,7 @@ def _check_query_keys(query: object, keys: object) -> tuple[torch.Tensor, torch.
     keys = check_tensor("keys", keys, dims=3)
     if query.shape[0] != keys.shape[0]:
         raise ValueError(
-            f"query and keys must have the same batch size, got query {tuple(query.shape)} "
-            f"and keys {tuple(keys.shape)}"
+            f"query and keys must have the same batch size, got query {tuple(query.shape)} and keys {tuple(keys.shape)}"
         )
     if query.shape[1] == 0 or keys.shape[1] == 0:
         raise ValueError(

@@ -71,14 +71,18 @@ def _check_positive_number(name: str, value: object) -> float:
 
 
 def _check_betas(betas: object) -> tuple[float, float]:
-    if not (isinstance(betas, Sequence) and len(betas) == 2
-            and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)):
+    if not (
+        isinstance(betas, Sequence)
+        and len(betas) == 2
+        and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)
+    ):
         raise ValueError(f"betas must be a pair of numbers in [0, 1), got {betas!r}")
     return float(betas[0]), float(betas[1])
 
 
-def _make_optimizer(model: nn.Module, name: str, lr: float, betas: tuple[float, float], eps: float,
-                    momentum: float) -> torch.optim.Optimizer:
+def _make_optimizer(
+    model: nn.Module, name: str, lr: float, betas: tuple[float, float], eps: float, momentum: float
+) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -89,8 +93,9 @@ def _batch_function(batches: BatchSource, steps: int) -> Callable[[torch.Generat
     if callable(batches):
         return batches
     if isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
-        raise TypeError(f"batches must be a function (generator) -> batch or an iterable of batches, "
-                        f"got {type(batches).__name__}")
+        raise TypeError(
+            f"batches must be a function (generator) -> batch or an iterable of batches, got {type(batches).__name__}"
+        )
     iterator = iter(batches)
     taken = 0
 

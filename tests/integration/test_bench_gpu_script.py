@@ -32,14 +32,28 @@ def token_file(tmp_path) -> pathlib.Path:
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT
+    )
 
 
 def test_smoke_mode_measures_eager_with_and_without_fused_qkv(token_file, tmp_path):
     out = tmp_path / "result.json"
-    done = run_script("--data", str(token_file), "--smoke", "--max-tokens", "200", "--steps", "2",
-                      "--warmup-steps", "1", "--modes", "eager,eager-separate-qkv", "--out", str(out))
+    done = run_script(
+        "--data",
+        str(token_file),
+        "--smoke",
+        "--max-tokens",
+        "200",
+        "--steps",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--modes",
+        "eager,eager-separate-qkv",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert [m["mode"] for m in result["modes"]] == ["eager", "eager-separate-qkv"]

@@ -26,8 +26,12 @@ def multi30k_folder(tmp_path) -> pathlib.Path:
     folder.mkdir()
     generator = torch.Generator().manual_seed(0)
     for stem, n in (("train", 80), ("val", 10), ("test_2016_flickr", 12)):
-        picks = [torch.randint(0, len(WORDS_EN), (int(torch.randint(3, 8, (1,), generator=generator)),),
-                               generator=generator).tolist() for _ in range(n)]
+        picks = [
+            torch.randint(
+                0, len(WORDS_EN), (int(torch.randint(3, 8, (1,), generator=generator)),), generator=generator
+            ).tolist()
+            for _ in range(n)
+        ]
         for lang, words in (("en", WORDS_EN), ("de", WORDS_DE)):
             with gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8") as handle:
                 handle.write("".join(" ".join(words[i] for i in pick).capitalize() + ".\n" for pick in picks))
@@ -36,8 +40,9 @@ def multi30k_folder(tmp_path) -> pathlib.Path:
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "COMPANION_DATA_DIR"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT
+    )
 
 
 def test_prepare_train_score_pipeline_in_smoke_mode(multi30k_folder, tmp_path):

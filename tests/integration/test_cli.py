@@ -34,8 +34,22 @@ def multi30k_dir() -> Path | None:
 
 
 DATA = multi30k_dir()
-COPY = ["train", "--task", "copy", "--preset", "tiny", "--num-examples", "300", "--max-tokens", "200",
-        "--no-progress", "--device", "cpu", "--threads", "1"]
+COPY = [
+    "train",
+    "--task",
+    "copy",
+    "--preset",
+    "tiny",
+    "--num-examples",
+    "300",
+    "--max-tokens",
+    "200",
+    "--no-progress",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -66,17 +80,34 @@ def test_help_documents_every_flag(command, capsys):
     for flag in flags:
         assert flag in text, flag
     if command == "train":
-        for flag in ("--preset", "--src", "--tgt", "--data-dir", "--tokenizer", "--max-tokens", "--max-steps",
-                     "--max-minutes", "--device", "--out", "--seed", "--accum-steps", "--label-smoothing",
-                     "--warmup", "--lr-factor", "--compile", "--clip-grad", "--average-last", "--resume",
-                     "--overwrite"):
+        for flag in (
+            "--preset",
+            "--src",
+            "--tgt",
+            "--data-dir",
+            "--tokenizer",
+            "--max-tokens",
+            "--max-steps",
+            "--max-minutes",
+            "--device",
+            "--out",
+            "--seed",
+            "--accum-steps",
+            "--label-smoothing",
+            "--warmup",
+            "--lr-factor",
+            "--compile",
+            "--clip-grad",
+            "--average-last",
+            "--resume",
+            "--overwrite",
+        ):
             assert flag in flags
 
 
 @pytest.mark.slow
 def test_console_entry_point_runs():
-    result = subprocess.run([sys.executable, "-m", "companion", "--help"], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run([sys.executable, "-m", "companion", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "translate" in result.stdout
 
 
@@ -153,10 +184,38 @@ def test_translate_and_evaluate_refuse_bad_checkpoints(tmp_path, capsys):
 @pytest.mark.slow
 def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypatch):
     out = tmp_path / "de-en"
-    code = main(["train", "--preset", "tiny", "--src", "de", "--tgt", "en", "--data-dir", str(DATA),
-                 "--limit-train", "2000", "--tokenizer", "bpe", "--vocab-size", "1000", "--max-steps", "4",
-                 "--out", str(out),
-                 "--no-progress", "--device", "cpu", "--threads", "1", "--average-last", "2", "--save-every", "2"])
+    code = main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--data-dir",
+            str(DATA),
+            "--limit-train",
+            "2000",
+            "--tokenizer",
+            "bpe",
+            "--vocab-size",
+            "1000",
+            "--max-steps",
+            "4",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--average-last",
+            "2",
+            "--save-every",
+            "2",
+        ]
+    )
     assert code == 0
     assert "de->en" in capsys.readouterr().out
     run = json.loads((out / "run.json").read_text())
@@ -171,19 +230,68 @@ def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypa
 
     source_file = tmp_path / "in.de"
     source_file.write_text("Ein Mann fährt Fahrrad.\n", encoding="utf-8")
-    assert main(["translate", "--checkpoint", str(out / "averaged.pt"), "--input", str(source_file),
-                 "--beam-size", "1", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(out / "averaged.pt"),
+                "--input",
+                str(source_file),
+                "--beam-size",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert len(capsys.readouterr().out.splitlines()) == 1
 
-    assert main(["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "8", "--beam-size", "2",
-                 "--data-dir", str(DATA), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out),
+                "--split",
+                "test",
+                "--limit",
+                "8",
+                "--beam-size",
+                "2",
+                "--data-dir",
+                str(DATA),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     report = capsys.readouterr().out
     assert "de->en test_2016_flickr (8 sentences" in report
     assert re.search(r"BLEU = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:", report)
     assert re.search(r"chrF = \d+\.\d\d .*nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no", report)
 
-    assert main(["evaluate", "--checkpoint", str(out), "--limit", "4", "--beam-size", "1", "--json",
-                 "--data-dir", str(DATA), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out),
+                "--limit",
+                "4",
+                "--beam-size",
+                "1",
+                "--json",
+                "--data-dir",
+                str(DATA),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["sentences"] == 4 and result["direction"] == "de->en" and 0 <= result["bleu"] <= 100
 
@@ -192,9 +300,31 @@ def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypa
 @pytest.mark.slow
 def test_word_tokenizer_run_translates(tmp_path, capsys, monkeypatch):
     out = tmp_path / "en-de"
-    assert main(["train", "--preset", "tiny", "--tokenizer", "word", "--data-dir", str(DATA), "--limit-train",
-                 "1000", "--max-steps", "2", "--out", str(out), "--no-progress", "--device", "cpu",
-                 "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--tokenizer",
+                "word",
+                "--data-dir",
+                str(DATA),
+                "--limit-train",
+                "1000",
+                "--max-steps",
+                "2",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--device",
+                "cpu",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     checkpoint = load_checkpoint(list_checkpoints(out / "checkpoints")[-1])
     assert checkpoint["tokenizers"]["src"]["type"] == "word" and checkpoint["tokenizers"]["src"]["language"] == "en"
     assert checkpoint["tokenizers"]["tgt"]["language"] == "de"
@@ -234,8 +364,9 @@ def test_a_new_option_is_declared_once_and_appears_in_the_cli_the_record_and_res
     @dataclasses.dataclass
     class WithKnob(RunConfig):
         knob: int = option(3, "a new setting (default: {default})", metavar="N", group="optimisation")
-        knob_log: int = option(5, "a new logging setting (default: {default})", metavar="N", group="run",
-                               resumable=True)
+        knob_log: int = option(
+            5, "a new logging setting (default: {default})", metavar="N", group="run", resumable=True
+        )
 
     parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     add_options(parser, WithKnob, suppress_defaults=True)
@@ -251,26 +382,32 @@ def test_a_new_option_is_declared_once_and_appears_in_the_cli_the_record_and_res
     assert WithKnob.from_record(older).knob == 3
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--lr-factor", "inf", "--lr-factor must be a finite number"),
-    ("--lr-factor", "nan", "--lr-factor must be a finite number"),
-    ("--max-minutes", "inf", "--max-minutes must be a finite number"),
-    ("--save-every-minutes", "nan", "--save-every-minutes must be a finite number"),
-    ("--clip-grad", "-1", "--clip-grad must be a positive number"),
-    ("--dropout", "1.0", r"--dropout must be a number in \[0, 1\)"),
-    ("--label-smoothing", "nan", "--label-smoothing must be a finite number"),
-    ("--max-steps", "0", "--max-steps must be a positive integer"),
-    ("--seed", "-1", "--seed must be an integer >= 0"),
-    ("--synthetic-vocab", "4", "--synthetic-vocab must be an integer >= 5"),
-    ("--heads", "3", "d_model must be divisible by num_heads"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--lr-factor", "inf", "--lr-factor must be a finite number"),
+        ("--lr-factor", "nan", "--lr-factor must be a finite number"),
+        ("--max-minutes", "inf", "--max-minutes must be a finite number"),
+        ("--save-every-minutes", "nan", "--save-every-minutes must be a finite number"),
+        ("--clip-grad", "-1", "--clip-grad must be a positive number"),
+        ("--dropout", "1.0", r"--dropout must be a number in \[0, 1\)"),
+        ("--label-smoothing", "nan", "--label-smoothing must be a finite number"),
+        ("--max-steps", "0", "--max-steps must be a positive integer"),
+        ("--seed", "-1", "--seed must be an integer >= 0"),
+        ("--synthetic-vocab", "4", "--synthetic-vocab must be an integer >= 5"),
+        ("--heads", "3", "d_model must be divisible by num_heads"),
+    ],
+)
 def test_bad_option_values_are_reported_with_their_flag(flag, value, message, tmp_path, capsys):
     out = tmp_path / "x"
     assert main([*COPY, "--max-steps", "1", "--out", str(out), flag, value]) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not out.exists()  # checked before anything is written
-    given = {k: v for k, v in vars(build_parser().parse_args([*COPY, "--max-steps", "1", flag, value])).items()
-             if k != "command"}
+    given = {
+        k: v
+        for k, v in vars(build_parser().parse_args([*COPY, "--max-steps", "1", flag, value])).items()
+        if k != "command"
+    }
     with pytest.raises(ConfigError, match=message):  # the same check for library callers
         RunConfig(**given)
 
@@ -282,8 +419,24 @@ def test_bad_decoding_options_are_reported_with_their_flag(flag, value, capsys):
 
 
 def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
-    assert main(["train", "--preset", "tiny", "--data-dir", str(tmp_path / "absent"), "--max-steps", "1",
-                 "--out", str(tmp_path / "x"), "--device", "cpu"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--data-dir",
+                str(tmp_path / "absent"),
+                "--max-steps",
+                "1",
+                "--out",
+                str(tmp_path / "x"),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 2
+    )
     assert "is not a folder" in capsys.readouterr().err
 
 

@@ -5,8 +5,8 @@ continues the recorded run to the same numbers."""
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +18,9 @@ from companion.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
-DATA = Path(os.environ.get("COMPANION_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k")
+DATA = Path(
+    os.environ.get("COMPANION_DATA_DIR") or Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,11 +55,42 @@ def test_old_word_tokenizers_come_back():
 
 @pytest.mark.skipif(not (DATA / "train.de.gz").is_file(), reason="Multi30k not found")
 def test_old_multi30k_run_translates_and_evaluates_as_before(capsys):
-    assert main(["translate", "--checkpoint", str(FIXTURES / "m30k_run"), "--input",
-                 str(FIXTURES / "translate_input.txt"), "--beam-size", "2", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(FIXTURES / "m30k_run"),
+                "--input",
+                str(FIXTURES / "translate_input.txt"),
+                "--beam-size",
+                "2",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.splitlines() == EXPECTED["m30k_translate_beam2"]
-    assert main(["evaluate", "--checkpoint", str(FIXTURES / "m30k_run"), "--limit", "10", "--beam-size", "1",
-                 "--device", "cpu", "--json", "--data-dir", str(DATA)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(FIXTURES / "m30k_run"),
+                "--limit",
+                "10",
+                "--beam-size",
+                "1",
+                "--device",
+                "cpu",
+                "--json",
+                "--data-dir",
+                str(DATA),
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     expected = EXPECTED["m30k_evaluate_limit10_beam1"]
     assert result["sentences"] == expected["sentences"] and result["step"] == expected["step"]
@@ -68,8 +101,7 @@ def test_old_multi30k_run_translates_and_evaluates_as_before(capsys):
 def test_old_copy_run_resumes_to_the_same_numbers(tmp_path, capsys):
     run = tmp_path / "copy_run"
     shutil.copytree(FIXTURES / "copy_run", run)
-    assert main(["train", "--resume", "--out", str(run), "--max-steps", "5", "--threads", "1",
-                 "--no-progress"]) == 0
+    assert main(["train", "--resume", "--out", str(run), "--max-steps", "5", "--threads", "1", "--no-progress"]) == 0
     assert "resumed at step 3" in capsys.readouterr().out
     assert [p.name for p in list_checkpoints(run / "checkpoints")][-1] == "step_00000005.pt"
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]

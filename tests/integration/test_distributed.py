@@ -20,9 +20,30 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="to
 # Batches of at most 24 tokens with sequences of up to 11 positions hold 1 or 2 rows: the 1-row batches leave
 # rank 1 without rows (it then joins the all-reduce with a zero-weight dummy row); accumulation over 2 batches
 # exercises DDP's no_sync path.
-TRAIN_FLAGS = ["train", "--task", "copy", "--preset", "tiny", "--dropout", "0", "--max-steps", "4",
-               "--max-tokens", "24", "--accum-steps", "2", "--synthetic-max-len", "10", "--num-examples", "300",
-               "--no-progress", "--device", "cpu", "--seed", "3"]
+TRAIN_FLAGS = [
+    "train",
+    "--task",
+    "copy",
+    "--preset",
+    "tiny",
+    "--dropout",
+    "0",
+    "--max-steps",
+    "4",
+    "--max-tokens",
+    "24",
+    "--accum-steps",
+    "2",
+    "--synthetic-max-len",
+    "10",
+    "--num-examples",
+    "300",
+    "--no-progress",
+    "--device",
+    "cpu",
+    "--seed",
+    "3",
+]
 
 
 def _run(command: list[str], tmp_path) -> None:
@@ -35,8 +56,22 @@ def _run(command: list[str], tmp_path) -> None:
 def test_two_gloo_processes_reach_the_weights_of_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, "-m", "companion", *TRAIN_FLAGS, "--threads", "1", "--out", str(one)], tmp_path)
-    _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-          "-m", "companion", *TRAIN_FLAGS, "--out", str(two)], tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "companion",
+            *TRAIN_FLAGS,
+            "--out",
+            str(two),
+        ],
+        tmp_path,
+    )
     assert json.loads((two / "run.json").read_text())["world_size"] == 2
     assert json.loads((one / "run.json").read_text())["world_size"] == 1
     single = load_checkpoint(latest_checkpoint(one / "checkpoints"))
@@ -55,15 +90,17 @@ def test_two_gloo_processes_reach_the_weights_of_one_process(tmp_path):
     moments_two = double["trainer_state"]["optimizer"]["state"]
     assert moments_one.keys() == moments_two.keys()
     for index in moments_one:
-        torch.testing.assert_close(moments_two[index]["exp_avg"], moments_one[index]["exp_avg"], atol=1e-8,
-                                   rtol=1e-4)
+        torch.testing.assert_close(moments_two[index]["exp_avg"], moments_one[index]["exp_avg"], atol=1e-8, rtol=1e-4)
     assert changed > 10  # the weights did move: the comparison is not between two untouched models
 
 
 def test_each_rank_takes_its_share_of_the_rows():
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
-                                          num_decoder_layers=1, d_ff=32, max_len=32))
+    model = Transformer(
+        TransformerConfig(
+            20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=32
+        )
+    )
     batch = make_batches(synthetic_pairs("copy", 7, min_len=2, max_len=9, seed=1), 10**6, shuffle=False)[0]
     trainer = Trainer(model, TrainConfig(max_steps=1, device="cpu", progress=False), [batch])
     trainer.world_size = 3

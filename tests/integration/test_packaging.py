@@ -7,11 +7,11 @@ import os
 import pathlib
 import subprocess
 import sys
-import tomllib
 import venv
 import zipfile
 
 import pytest
+import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ do not modify them.
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -22,11 +22,20 @@ COPY_VOCAB = 10  # ids 4..9 are the "words"
 COPY_MAX_LEN = 6
 
 
-@lru_cache(maxsize=None)
+@cache
 def random_model() -> Transformer:
     torch.manual_seed(1234)
-    config = TransformerConfig(src_vocab_size=17, tgt_vocab_size=19, d_model=32, num_heads=4, num_encoder_layers=2,
-                               num_decoder_layers=2, d_ff=64, dropout=0.1, max_len=40)
+    config = TransformerConfig(
+        src_vocab_size=17,
+        tgt_vocab_size=19,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=64,
+        dropout=0.1,
+        max_len=40,
+    )
     model = Transformer(config).eval()
     with torch.no_grad():  # make <eos> likely enough that some outputs end early and others hit the limit
         model.generator.bias[EOS_ID] = 1.5
@@ -41,15 +50,26 @@ def exact_match(model: Transformer, pairs) -> float:
     return sum(o == t for o, t in zip(outputs, targets)) / len(targets)
 
 
-@lru_cache(maxsize=None)
+@cache
 def copy_model() -> Transformer:
     """A one-layer pre-LN Transformer trained on the copy task with the chapters' shared loop
     (:func:`companion.experiments.training.fit`, 400 Adam steps, a few seconds on one CPU thread); the tests
     check that it copies held-out inputs exactly."""
     torch.manual_seed(0)
-    config = TransformerConfig(src_vocab_size=COPY_VOCAB, tgt_vocab_size=COPY_VOCAB, d_model=32, num_heads=4,
-                               num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=32,
-                               share_embeddings=True, tie_output=True, norm_first=True)
+    config = TransformerConfig(
+        src_vocab_size=COPY_VOCAB,
+        tgt_vocab_size=COPY_VOCAB,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_ff=64,
+        dropout=0.0,
+        max_len=32,
+        share_embeddings=True,
+        tie_output=True,
+        norm_first=True,
+    )
     model = Transformer(config)
     train = synthetic_pairs("copy", 3000, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=0)
     max_steps, warmup = 400, 30
@@ -59,6 +79,14 @@ def copy_model() -> Transformer:
         logits = model(batch.src, batch.tgt_in)
         return F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=config.pad_id)
 
-    fit(model, epochs, loss, max_steps, lr=5e-3, betas=(0.9, 0.98), eps=1e-9,
-        schedule=lambda s: min((s + 1) / warmup, max(0.0, (max_steps - s) / (max_steps - warmup))))
+    fit(
+        model,
+        epochs,
+        loss,
+        max_steps,
+        lr=5e-3,
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        schedule=lambda s: min((s + 1) / warmup, max(0.0, (max_steps - s) / (max_steps - warmup))),
+    )
     return model.eval()

@@ -4,7 +4,6 @@ and the actual shape or value, never a silent broadcast or an error from deep in
 from __future__ import annotations
 
 import re
-from typing import Callable
 
 import pytest
 import torch
@@ -36,8 +35,9 @@ def mha() -> MultiHeadAttention:
 
 @pytest.fixture(scope="module")
 def model() -> Transformer:
-    config = TransformerConfig(23, 19, d_model=D_MODEL, num_heads=HEADS, num_encoder_layers=1,
-                               num_decoder_layers=1, d_ff=32, max_len=64)
+    config = TransformerConfig(
+        23, 19, d_model=D_MODEL, num_heads=HEADS, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=64
+    )
     return Transformer(config).eval()
 
 
@@ -50,39 +50,51 @@ TGT = torch.randint(1, 19, (2, 5))
 Q, K, V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
 ATTENTION_CASES = {
     "d_k mismatch": (
-        lambda f: f(Q, torch.randn(2, 5, 3), V), ValueError,
+        lambda f: f(Q, torch.randn(2, 5, 3), V),
+        ValueError,
         e("q and k must share d_k, got q (2, 3, 4) and k (2, 5, 3)"),
     ),
     "k/v length mismatch": (
-        lambda f: f(Q, K, torch.randn(2, 4, 6)), ValueError,
+        lambda f: f(Q, K, torch.randn(2, 4, 6)),
+        ValueError,
         e("k and v must have the same number of positions n, got k (2, 5, 4) and v (2, 4, 6)"),
     ),
     "rank mismatch": (
-        lambda f: f(Q[0], K, V), ValueError,
+        lambda f: f(Q[0], K, V),
+        ValueError,
         e("q, k and v must have the same number (>= 2) of dimensions") + ".*" + e("(3, 4), (2, 5, 4), (2, 5, 6)"),
     ),
     "batch mismatch": (
-        lambda f: f(Q, torch.randn(3, 5, 4), torch.randn(3, 5, 6)), ValueError,
+        lambda f: f(Q, torch.randn(3, 5, 4), torch.randn(3, 5, 6)),
+        ValueError,
         e("leading (batch, head) dimensions of q, k and v must broadcast, got shapes (2, 3, 4), (3, 5, 4)"),
     ),
     "empty queries": (
-        lambda f: f(Q[:, :0], K, V), ValueError,
+        lambda f: f(Q[:, :0], K, V),
+        ValueError,
         e("q and k must have at least one position, got q (2, 0, 4), k (2, 5, 4)"),
     ),
     "mask does not broadcast": (
-        lambda f: f(Q, K, V, mask=torch.ones(3, 4, dtype=torch.bool)), ValueError,
+        lambda f: f(Q, K, V, mask=torch.ones(3, 4, dtype=torch.bool)),
+        ValueError,
         e("mask of shape (3, 4) does not broadcast to the attention scores' shape (2, 3, 5)"),
     ),
     "mask would broadcast upward": (  # an extra leading dim would silently enlarge the output
-        lambda f: f(Q, K, V, mask=torch.ones(4, 2, 3, 5, dtype=torch.bool)), ValueError,
+        lambda f: f(Q, K, V, mask=torch.ones(4, 2, 3, 5, dtype=torch.bool)),
+        ValueError,
         e("mask of shape (4, 2, 3, 5) does not broadcast to the attention scores' shape (2, 3, 5)"),
     ),
     "float mask": (
-        lambda f: f(Q, K, V, mask=torch.zeros(3, 5)), TypeError,
+        lambda f: f(Q, K, V, mask=torch.zeros(3, 5)),
+        TypeError,
         e("mask must be a boolean tensor (True = may attend), got dtype torch.float32"),
     ),
     "not a tensor": (lambda f: f(Q.tolist(), K, V), TypeError, e("q must be a torch.Tensor, got list")),
-    "dropout_p out of range": (lambda f: f(Q, K, V, dropout_p=1.0), ValueError, e("dropout_p must be in [0, 1), got 1.0")),
+    "dropout_p out of range": (
+        lambda f: f(Q, K, V, dropout_p=1.0),
+        ValueError,
+        e("dropout_p must be in [0, 1), got 1.0"),
+    ),
 }
 
 
@@ -108,15 +120,43 @@ def test_fast_attention_causal_flag_conflicts():
     [
         (lambda: causal_mask(0), ValueError, e("size must be a positive integer, got 0")),
         (lambda: causal_mask(2.5), ValueError, e("size must be a positive integer, got 2.5")),
-        (lambda: padding_mask(torch.randn(2, 3), 0), TypeError, e("tokens must hold integer token ids, got dtype torch.float32")),
-        (lambda: padding_mask(torch.ones(3, dtype=torch.long), 0), ValueError, e("tokens must have 2 dimensions, got shape (3,)")),
+        (
+            lambda: padding_mask(torch.randn(2, 3), 0),
+            TypeError,
+            e("tokens must hold integer token ids, got dtype torch.float32"),
+        ),
+        (
+            lambda: padding_mask(torch.ones(3, dtype=torch.long), 0),
+            ValueError,
+            e("tokens must have 2 dimensions, got shape (3,)"),
+        ),
         (lambda: sinusoidal_encoding(0, 8), ValueError, e("num_positions must be a positive integer, got 0")),
-        (lambda: sinusoidal_encoding(4, 7), ValueError, e("d_model must be even for sinusoidal encodings (sin/cos pairs), got 7")),
-        (lambda: PositionalEncoding(8, max_len=4)(torch.randn(1, 5, 8)), ValueError, e("positions 0..4 exceed max_len=4")),
-        (lambda: PositionalEncoding(8)(torch.randn(1, 5, 6)), ValueError, e("x must have last dimension d_model=8, got shape (1, 5, 6)")),
+        (
+            lambda: sinusoidal_encoding(4, 7),
+            ValueError,
+            e("d_model must be even for sinusoidal encodings (sin/cos pairs), got 7"),
+        ),
+        (
+            lambda: PositionalEncoding(8, max_len=4)(torch.randn(1, 5, 8)),
+            ValueError,
+            e("positions 0..4 exceed max_len=4"),
+        ),
+        (
+            lambda: PositionalEncoding(8)(torch.randn(1, 5, 6)),
+            ValueError,
+            e("x must have last dimension d_model=8, got shape (1, 5, 6)"),
+        ),
     ],
-    ids=["causal size 0", "causal size float", "float tokens", "1-D tokens", "zero positions", "odd d_model",
-         "beyond max_len", "wrong feature size"],
+    ids=[
+        "causal size 0",
+        "causal size float",
+        "float tokens",
+        "1-D tokens",
+        "zero positions",
+        "odd d_model",
+        "beyond max_len",
+        "wrong feature size",
+    ],
 )
 def test_mask_and_position_helpers_reject(call, error, message):
     with pytest.raises(error, match=message):
@@ -140,52 +180,64 @@ def test_multihead_constructor_rejects(kwargs, message):
 
 MHA_CASES = {
     "query feature size": (
-        lambda m: m(torch.randn(2, 5, 12), Y, Y), ValueError,
+        lambda m: m(torch.randn(2, 5, 12), Y, Y),
+        ValueError,
         e("query must have last dimension d_model=16, got shape (2, 5, 12)"),
     ),
     "key feature size": (
-        lambda m: m(X, torch.randn(2, 7, 12), Y), ValueError,
+        lambda m: m(X, torch.randn(2, 7, 12), Y),
+        ValueError,
         e("key must have last dimension d_model=16, got shape (2, 7, 12)"),
     ),
     "value feature size": (
-        lambda m: m(X, Y, torch.randn(2, 7, 20)), ValueError,
+        lambda m: m(X, Y, torch.randn(2, 7, 20)),
+        ValueError,
         e("value must have last dimension d_model=16, got shape (2, 7, 20)"),
     ),
     "unbatched query": (lambda m: m(X[0], Y, Y), ValueError, e("query must have 3 dimensions, got shape (5, 16)")),
     "batch mismatch": (
-        lambda m: m(X, Y[:1], Y[:1]), ValueError,
+        lambda m: m(X, Y[:1], Y[:1]),
+        ValueError,
         e("query, key and value must have the same batch size, got shapes (2, 5, 16), (1, 7, 16), (1, 7, 16)"),
     ),
     "key/value length": (
-        lambda m: m(X, Y, Y[:, :6]), ValueError,
+        lambda m: m(X, Y, Y[:, :6]),
+        ValueError,
         e("key and value must have the same length, got (2, 7, 16) and (2, 6, 16)"),
     ),
     "empty query": (
-        lambda m: m(X[:, :0], Y, Y), ValueError,
+        lambda m: m(X[:, :0], Y, Y),
+        ValueError,
         e("query and key must hold at least one position, got (2, 0, 16), (2, 7, 16)"),
     ),
     "padding mask of wrong length": (
-        lambda m: m(X, Y, Y, mask=torch.ones(2, 1, 1, 8, dtype=torch.bool)), ValueError,
+        lambda m: m(X, Y, Y, mask=torch.ones(2, 1, 1, 8, dtype=torch.bool)),
+        ValueError,
         e("mask of shape (2, 1, 1, 8) does not broadcast to the attention scores' shape (2, 4, 5, 7)"),
     ),
     "mask of wrong batch": (
-        lambda m: m(X, Y, Y, mask=torch.ones(3, 1, 1, 7, dtype=torch.bool)), ValueError,
+        lambda m: m(X, Y, Y, mask=torch.ones(3, 1, 1, 7, dtype=torch.bool)),
+        ValueError,
         e("mask of shape (3, 1, 1, 7) does not broadcast to the attention scores' shape (2, 4, 5, 7)"),
     ),
     "ambiguous 3-D mask": (  # [batch, m, n] would silently be read as [heads, m, n] when batch == heads
-        lambda m: m(X, Y, Y, mask=torch.ones(2, 5, 7, dtype=torch.bool)), ValueError,
+        lambda m: m(X, Y, Y, mask=torch.ones(2, 5, 7, dtype=torch.bool)),
+        ValueError,
         e("mask must have 2 or 4 dimensions, got shape (2, 5, 7)"),
     ),
     "float mask": (
-        lambda m: m(X, Y, Y, mask=torch.zeros(5, 7)), TypeError,
+        lambda m: m(X, Y, Y, mask=torch.zeros(5, 7)),
+        TypeError,
         e("mask must be a boolean tensor (True = may attend), got dtype torch.float32"),
     ),
     "is_causal with a mask": (
-        lambda m: m(X, X, X, mask=causal_mask(5), is_causal=True), ValueError,
+        lambda m: m(X, X, X, mask=causal_mask(5), is_causal=True),
+        ValueError,
         e("pass either mask or is_causal=True, not both"),
     ),
     "is_causal cross-attention": (
-        lambda m: m(X, Y, Y, is_causal=True), ValueError,
+        lambda m: m(X, Y, Y, is_causal=True),
+        ValueError,
         e("is_causal=True needs as many keys as queries, got 5 queries and 7 keys"),
     ),
 }
@@ -231,58 +283,74 @@ def test_config_from_dict_and_model_reject_wrong_types():
 # -- Transformer -------------------------------------------------------------------------------------------
 MODEL_CASES = {
     "src id = vocab size": (
-        lambda m: m(torch.tensor([[1, 23]]), TGT[:1]), ValueError,
+        lambda m: m(torch.tensor([[1, 23]]), TGT[:1]),
+        ValueError,
         e("src holds token id 23, outside the vocabulary [0, 23) (vocab_size=23)"),
     ),
     "tgt id > vocab size": (
-        lambda m: m(SRC, torch.tensor([[1, 2, 40], [1, 2, 3]])), ValueError,
+        lambda m: m(SRC, torch.tensor([[1, 2, 40], [1, 2, 3]])),
+        ValueError,
         e("tgt holds token id 40, outside the vocabulary [0, 19) (vocab_size=19)"),
     ),
     "negative src id": (
-        lambda m: m(torch.tensor([[4, -1]]), TGT[:1]), ValueError,
+        lambda m: m(torch.tensor([[4, -1]]), TGT[:1]),
+        ValueError,
         e("src holds token id -1, outside the vocabulary [0, 23)"),
     ),
     "empty src": (
-        lambda m: m(SRC[:, :0], TGT), ValueError,
+        lambda m: m(SRC[:, :0], TGT),
+        ValueError,
         e("src must be a non-empty [batch, seq] tensor, got shape (2, 0)"),
     ),
     "empty tgt": (
-        lambda m: m(SRC, TGT[:, :0]), ValueError,
+        lambda m: m(SRC, TGT[:, :0]),
+        ValueError,
         e("tgt must be a non-empty [batch, seq] tensor, got shape (2, 0)"),
     ),
     "empty batch": (
-        lambda m: m(SRC[:0], TGT[:0]), ValueError,
+        lambda m: m(SRC[:0], TGT[:0]),
+        ValueError,
         e("src must be a non-empty [batch, seq] tensor, got shape (0, 6)"),
     ),
     "float src": (
-        lambda m: m(SRC.float(), TGT), TypeError,
+        lambda m: m(SRC.float(), TGT),
+        TypeError,
         e("src must hold integer token ids (torch.long), got dtype torch.float32"),
     ),
     "bool tgt": (
-        lambda m: m(SRC, TGT > 3), TypeError,
+        lambda m: m(SRC, TGT > 3),
+        TypeError,
         e("tgt must hold integer token ids (torch.long), got dtype torch.bool"),
     ),
     "1-D src": (lambda m: m(SRC[0], TGT), ValueError, e("src must have 2 dimensions, got shape (6,)")),
     "list src": (lambda m: m(SRC.tolist(), TGT), TypeError, e("src must be a torch.Tensor, got list")),
     "batch mismatch": (
-        lambda m: m(SRC, torch.randint(1, 19, (3, 5))), ValueError,
+        lambda m: m(SRC, torch.randint(1, 19, (3, 5))),
+        ValueError,
         e("src and tgt must have the same batch size, got 2 and 3"),
     ),
     "longer than max_len": (
-        lambda m: m(torch.randint(1, 23, (2, 65)), TGT), ValueError, e("positions 0..64 exceed max_len=64"),
+        lambda m: m(torch.randint(1, 23, (2, 65)), TGT),
+        ValueError,
+        e("positions 0..64 exceed max_len=64"),
     ),
     "memory feature size": (
-        lambda m: m.decode(TGT, torch.randn(2, 6, 8)), ValueError,
+        lambda m: m.decode(TGT, torch.randn(2, 6, 8)),
+        ValueError,
         e("memory must have last dimension d_model=16, got shape (2, 6, 8)"),
     ),
     "memory batch": (
-        lambda m: m.decode(TGT, torch.randn(3, 6, D_MODEL)), ValueError,
+        lambda m: m.decode(TGT, torch.randn(3, 6, D_MODEL)),
+        ValueError,
         e("memory and tgt must have the same batch size, got 3 and 2"),
     ),
     "src mask does not broadcast": (
-        lambda m: m.decode(TGT, torch.randn(2, 6, D_MODEL), torch.ones(2, 1, 1, 5, dtype=torch.bool)), ValueError,
-        e("src_mask must be the boolean key-padding mask [batch, 1, 1, n] = [2, 1, 1, 6] that encode() returns, "
-          "got torch.bool of shape [2, 1, 1, 5]"),
+        lambda m: m.decode(TGT, torch.randn(2, 6, D_MODEL), torch.ones(2, 1, 1, 5, dtype=torch.bool)),
+        ValueError,
+        e(
+            "src_mask must be the boolean key-padding mask [batch, 1, 1, n] = [2, 1, 1, 6] that encode() returns, "
+            "got torch.bool of shape [2, 1, 1, 5]"
+        ),
     ),
 }
 

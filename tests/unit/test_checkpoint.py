@@ -27,14 +27,14 @@ from companion.checkpoint import (
 from companion.data import WordTokenizer, make_batches, synthetic_pairs
 from companion.train import TrainConfig, Trainer
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(seed: int = 0, **overrides) -> Transformer:
     torch.manual_seed(seed)
-    settings = dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.1,
-                    max_len=32)
+    settings = dict(
+        d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.1, max_len=32
+    )
     settings.update(overrides)
     return Transformer(TransformerConfig(20, 20, **settings))
 
@@ -44,16 +44,24 @@ def batches(seed: int = 0, n: int = 120):
 
 
 def tokenizers():
-    return {"src": WordTokenizer.build(["a small dog runs", "a cat"], "en"),
-            "tgt": WordTokenizer.build(["ein kleiner Hund rennt", "eine Katze"], "de")}
+    return {
+        "src": WordTokenizer.build(["a small dog runs", "a cat"], "en"),
+        "tgt": WordTokenizer.build(["ein kleiner Hund rennt", "eine Katze"], "de"),
+    }
 
 
 def test_checkpoint_records_everything_and_rebuilds_the_model(tmp_path):
     model = make_model().eval()
     toks = tokenizers()
-    path = save_checkpoint(tmp_path / "c.pt", model=model, step=42, tokenizers=toks,
-                           train_config=TrainConfig(max_steps=3).to_dict(), metrics={"valid_ppl": 3.5},
-                           run_info={"task": "multi30k", "src": "en", "tgt": "de"})
+    path = save_checkpoint(
+        tmp_path / "c.pt",
+        model=model,
+        step=42,
+        tokenizers=toks,
+        train_config=TrainConfig(max_steps=3).to_dict(),
+        metrics={"valid_ppl": 3.5},
+        run_info={"task": "multi30k", "src": "en", "tgt": "de"},
+    )
     loaded = load_checkpoint(path)
     assert loaded["step"] == 42 and loaded["companion_version"] == __version__
     assert loaded["torch_version"] == str(torch.__version__)
@@ -211,8 +219,10 @@ def test_mismatched_config_or_vocabulary_is_refused(tmp_path):
 
 def test_average_checkpoints_is_the_mean_of_the_weights(tmp_path):
     models = [make_model(seed=s) for s in range(3)]
-    paths = [save_checkpoint(tmp_path / f"step_{i:08d}.pt", model=m, step=i, tokenizers=tokenizers())
-             for i, m in enumerate(models)]
+    paths = [
+        save_checkpoint(tmp_path / f"step_{i:08d}.pt", model=m, step=i, tokenizers=tokenizers())
+        for i, m in enumerate(models)
+    ]
     averaged = average_checkpoints(paths)
     assert averaged["trainer_state"] is None and averaged["step"] == 2
     assert averaged["averaged_from"] == [p.name for p in paths]
@@ -222,8 +232,9 @@ def test_average_checkpoints_is_the_mean_of_the_weights(tmp_path):
     out = write_checkpoint(averaged, tmp_path / "averaged.pt")
     model = model_from_checkpoint(out)
     torch.testing.assert_close(model.generator.weight, averaged["model_state"]["generator.weight"])
-    trainer = Trainer(make_model(), TrainConfig(max_steps=1, device="cpu", progress=False), batches(),
-                      tokenizers=tokenizers())
+    trainer = Trainer(
+        make_model(), TrainConfig(max_steps=1, device="cpu", progress=False), batches(), tokenizers=tokenizers()
+    )
     with pytest.raises(CheckpointError, match="cannot resume"):
         trainer.load_checkpoint(out)
 
@@ -241,5 +252,8 @@ def test_trainer_keeps_the_last_n_checkpoints(tmp_path):
     config = TrainConfig(max_steps=10, save_every=2, keep_last=3, device="cpu", progress=False)
     Trainer(make_model(), config, batches(), out_dir=tmp_path).train()
     assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == [
-        "step_00000006.pt", "step_00000008.pt", "step_00000010.pt"]
+        "step_00000006.pt",
+        "step_00000008.pt",
+        "step_00000010.pt",
+    ]
     assert not [p for p in os.listdir(tmp_path / "checkpoints") if p.endswith(".tmp")]

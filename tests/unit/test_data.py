@@ -157,8 +157,11 @@ def test_tokenizer_bad_input():
 
 
 def test_synthetic_tasks():
-    for task, check in (("copy", lambda s, t: t == s), ("reverse", lambda s, t: t == s[::-1]),
-                        ("sort", lambda s, t: t == sorted(s))):
+    for task, check in (
+        ("copy", lambda s, t: t == s),
+        ("reverse", lambda s, t: t == s[::-1]),
+        ("sort", lambda s, t: t == sorted(s)),
+    ):
         pairs = synthetic_pairs(task, 200, min_len=2, max_len=7, vocab_size=11, seed=3)
         assert len(pairs) == 200 and all(check(s, t) for s, t in pairs)
         assert all(2 <= len(s) <= 7 and all(4 <= i < 11 for i in s) for s, _ in pairs)
@@ -214,7 +217,8 @@ def test_make_batches_is_deterministic_under_a_seed():
     other = signature(make_batches(pairs, 120, seed=8))
     assert other != same
     assert sorted(_batches_as_pairs(make_batches(pairs, 120, seed=8))) == sorted(
-        _batches_as_pairs(make_batches(pairs, 120, seed=7)))
+        _batches_as_pairs(make_batches(pairs, 120, seed=7))
+    )
 
 
 def test_make_batches_gives_an_over_long_pair_its_own_batch():
@@ -256,8 +260,9 @@ def _write_split(folder: Path, stem: str, en: list[str], de: list[str]) -> None:
 @pytest.fixture()
 def tiny_multi30k(tmp_path: Path) -> Path:
     for stem, n in (("train", 5), ("val", 2), ("test_2016_flickr", 3)):
-        _write_split(tmp_path, stem, [f"{stem} english {i}." for i in range(n)],
-                     [f"{stem} deutsch {i}." for i in range(n)])
+        _write_split(
+            tmp_path, stem, [f"{stem} english {i}." for i in range(n)], [f"{stem} deutsch {i}." for i in range(n)]
+        )
     return tmp_path
 
 
@@ -320,11 +325,13 @@ def test_hub_splits_are_mapped_to_train_valid_test(monkeypatch):
     """The hub path (network replaced by an in-memory dataset with the hub's split and field names)."""
     import datasets
 
-    fake = datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"en": ["A dog.", "A cat."], "de": ["Ein Hund.", "Eine Katze."]}),
-        "validation": datasets.Dataset.from_dict({"en": ["Hi."], "de": ["Hallo."]}),
-        "test": datasets.Dataset.from_dict({"en": ["Yes.", "No.", " "], "de": ["Ja.", "Nein.", "Leer."]}),
-    })
+    fake = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"en": ["A dog.", "A cat."], "de": ["Ein Hund.", "Eine Katze."]}),
+            "validation": datasets.Dataset.from_dict({"en": ["Hi."], "de": ["Hallo."]}),
+            "test": datasets.Dataset.from_dict({"en": ["Yes.", "No.", " "], "de": ["Ja.", "Nein.", "Leer."]}),
+        }
+    )
     requested = []
     monkeypatch.delenv("COMPANION_DATA_DIR", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
@@ -334,8 +341,11 @@ def test_hub_splits_are_mapped_to_train_valid_test(monkeypatch):
     with pytest.warns(UserWarning, match="dropped 1 pair"):
         data = load_multi30k("de", "en")
     assert requested == ["bentrevett/multi30k"]
-    assert data == {"train": [("Ein Hund.", "A dog."), ("Eine Katze.", "A cat.")], "valid": [("Hallo.", "Hi.")],
-                    "test": [("Ja.", "Yes."), ("Nein.", "No.")]}
+    assert data == {
+        "train": [("Ein Hund.", "A dog."), ("Eine Katze.", "A cat.")],
+        "valid": [("Hallo.", "Hi.")],
+        "test": [("Ja.", "Yes."), ("Nein.", "No.")],
+    }
 
 
 def test_offline_mode_fails_without_touching_the_network_and_with_instructions(tmp_path):
@@ -343,12 +353,14 @@ def test_offline_mode_fails_without_touching_the_network_and_with_instructions(t
     without a single connection attempt (so without network timeouts or retries), and says what to do."""
     env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_DATA_DIR", "HF_HUB_OFFLINE")}
     env.update(HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1")
-    code = ("import socket\nattempts = []\n"
-            "def refuse(*args, **kwargs):\n    attempts.append(args)\n    raise OSError('no network in this test')\n"
-            "socket.socket.connect = refuse\nsocket.create_connection = refuse\nsocket.getaddrinfo = refuse\n"
-            "import companion.data as d\n"
-            "try:\n    d.load_multi30k()\nexcept d.DataUnavailableError as e:\n"
-            "    print('ERROR', len(attempts), e)\n")
+    code = (
+        "import socket\nattempts = []\n"
+        "def refuse(*args, **kwargs):\n    attempts.append(args)\n    raise OSError('no network in this test')\n"
+        "socket.socket.connect = refuse\nsocket.create_connection = refuse\nsocket.getaddrinfo = refuse\n"
+        "import companion.data as d\n"
+        "try:\n    d.load_multi30k()\nexcept d.DataUnavailableError as e:\n"
+        "    print('ERROR', len(attempts), e)\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert result.stdout.startswith("ERROR"), result.stdout + result.stderr
     assert result.stdout.split()[1] == "0", "the offline path tried to open a connection"
@@ -366,14 +378,17 @@ def _real_data_dir() -> Path | None:
     return None
 
 
-@pytest.mark.skipif(_real_data_dir() is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it "
-                                                     "in ../shared/data/multi30k")
+@pytest.mark.skipif(
+    _real_data_dir() is None, reason="Multi30k not found: set COMPANION_DATA_DIR or place it in ../shared/data/multi30k"
+)
 def test_real_multi30k_loads_tokenizes_and_batches():
     data = load_multi30k("de", "en", data_dir=_real_data_dir())
     assert {k: len(v) for k, v in data.items()} == {"train": 29000, "valid": 1014, "test": 1000}
     assert all(s and t for split in data.values() for s, t in split)  # never empty pairs
-    assert data["train"][0] == ("Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
-                                "Two young, White males are outside near many bushes.")
+    assert data["train"][0] == (
+        "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+        "Two young, White males are outside near many bushes.",
+    )
     train_de = [s for s, _ in data["train"]]
     src_tok = WordTokenizer.build(train_de, "de", min_freq=2)
     assert 6000 < src_tok.vocab_size < 12000

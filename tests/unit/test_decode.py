@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model, exact_match, random_model
+
 from companion import KVCache, Transformer, TransformerConfig
 from companion.attention import padding_mask
 from companion.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
@@ -20,7 +20,6 @@ from companion.decode import (
     translate,
     translate_ids,
 )
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,7 +46,7 @@ def test_incremental_cached_logits_equal_the_full_forward_pass():
         full = model(src, tgt)
         memory, src_mask = model.encode(src)
         cache = model.new_cache()
-        steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache) for t in range(tgt.shape[1])]
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache) for t in range(tgt.shape[1])]
     assert cache.length == 12
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 
@@ -118,7 +117,7 @@ def test_beam_scores_are_consistent_and_not_worse_than_greedy():
 
 def test_length_penalty_values():
     assert length_penalty(1, 0.6) == 1.0
-    assert length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert length_penalty(30, 0.0) == 1.0
     assert torch.allclose(length_penalty(torch.tensor([1.0, 7.0]), 1.0), torch.tensor([1.0, 2.0]))
 
@@ -151,8 +150,18 @@ class _ScriptedModel(Transformer):
     Greedy picks A and then keeps picking A; the best normalised hypothesis is "B <eos>"."""
 
     def __init__(self) -> None:
-        super().__init__(TransformerConfig(src_vocab_size=6, tgt_vocab_size=6, d_model=4, num_heads=1,
-                                           num_encoder_layers=0, num_decoder_layers=0, d_ff=4, max_len=64))
+        super().__init__(
+            TransformerConfig(
+                src_vocab_size=6,
+                tgt_vocab_size=6,
+                d_model=4,
+                num_heads=1,
+                num_encoder_layers=0,
+                num_decoder_layers=0,
+                d_ff=4,
+                max_len=64,
+            )
+        )
 
     def encode(self, src, need_weights=False):
         return torch.zeros(src.shape[0], src.shape[1], 4), padding_mask(src, PAD_ID)
@@ -197,8 +206,9 @@ def test_translate_keeps_order_across_batches(copy_tokenizer):
     sentences = ["apple bear", "fox", "cat dog egg fox apple", "egg egg", "bear cat dog", "dog"]
     for beam_size in (1, 4):
         for batch_size in (1, 4, 64):
-            out = translate(copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size,
-                            batch_size=batch_size)
+            out = translate(
+                copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size, batch_size=batch_size
+            )
             assert out == sentences
     assert translate(copy_model(), [], copy_tokenizer, copy_tokenizer) == []
 
@@ -209,8 +219,9 @@ def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
     for beam_size in (1, 4):
         ids = translate_ids(copy_model(), sources, beam_size=beam_size, batch_size=3)
         assert ids == [copy_tokenizer.encode(s) for s in sentences]  # the copy model copies, order kept
-        assert [copy_tokenizer.decode(i) for i in ids] == translate(copy_model(), sentences, copy_tokenizer,
-                                                                    copy_tokenizer, beam_size=beam_size)
+        assert [copy_tokenizer.decode(i) for i in ids] == translate(
+            copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size
+        )
     with pytest.raises(ValueError, match=r"sources\[1\] is empty"):
         translate_ids(copy_model(), [[4, EOS_ID], []])
     with pytest.raises(ValueError, match="batch_size"):

@@ -7,8 +7,8 @@ import math
 import pytest
 import sacrebleu
 import torch
-
 from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
+
 from companion import Transformer, TransformerConfig
 from companion.data import SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
 from companion.evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
@@ -56,8 +56,18 @@ def test_metrics_reject_bad_input():
 def _uniform_model(vocab: int) -> Transformer:
     """Every next-token distribution is uniform: the output projection is all zeros."""
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=16, num_heads=2,
-                                          num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=32))
+    model = Transformer(
+        TransformerConfig(
+            src_vocab_size=vocab,
+            tgt_vocab_size=vocab,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=32,
+            max_len=32,
+        )
+    )
     with torch.no_grad():
         model.generator.weight.zero_()
         model.generator.bias.zero_()
@@ -91,8 +101,10 @@ def test_perplexity_bad_input():
 def test_evaluate_translation_on_the_copy_task():
     words = ["apple", "bear", "cat", "dog", "egg", "fox"]
     tokenizer = WordTokenizer("en", list(SPECIAL_TOKENS) + words)
-    pairs = [(" ".join(words[i - 4] for i in src), " ".join(words[i - 4] for i in tgt))
-             for src, tgt in synthetic_pairs("copy", 40, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=7)]
+    pairs = [
+        (" ".join(words[i - 4] for i in src), " ".join(words[i - 4] for i in tgt))
+        for src, tgt in synthetic_pairs("copy", 40, max_len=COPY_MAX_LEN, vocab_size=COPY_VOCAB, seed=7)
+    ]
     result = evaluate_translation(copy_model(), pairs, tokenizer, tokenizer, beam_size=4, batch_size=16)
     assert set(result) == {"bleu", "bleu_signature", "chrf", "chrf_signature", "hypotheses"}
     assert result["hypotheses"] == [source for source, _ in pairs]

@@ -76,11 +76,19 @@ def with_padding(src: torch.Tensor, extra: int, pad_id: int = 0) -> torch.Tensor
 def test_presets_match_table_3():
     base, big = TransformerConfig.base(37000, 37000), TransformerConfig.big(37000, 37000)
     assert (base.num_encoder_layers, base.num_decoder_layers, base.d_model, base.d_ff, base.num_heads) == (
-        6, 6, 512, 2048, 8,
+        6,
+        6,
+        512,
+        2048,
+        8,
     )
     assert (base.d_head, base.dropout) == (64, 0.1)
     assert (big.num_encoder_layers, big.num_decoder_layers, big.d_model, big.d_ff, big.num_heads) == (
-        6, 6, 1024, 4096, 16,
+        6,
+        6,
+        1024,
+        4096,
+        16,
     )
     assert (big.d_head, big.dropout) == (64, 0.3)
     for config in (base, big):
@@ -194,8 +202,9 @@ def test_embeddings_are_scaled_by_sqrt_d_model_then_positions_added(tiny_model, 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_both_variants_train_one_step(tiny_model, tokens, norm_first):
-    model = tiny_model(norm_first=norm_first, dropout=0.0, src_vocab_size=19, share_embeddings=True,
-                       tie_output=True).train()
+    model = tiny_model(
+        norm_first=norm_first, dropout=0.0, src_vocab_size=19, share_embeddings=True, tie_output=True
+    ).train()
     src, tgt_in, tgt_out = tokens(4, 7, 19), tokens(4, 6, 19), tokens(4, 6, 19)
     tgt_out[0, 4:] = 0  # padding in the labels is ignored by the loss
 
@@ -279,8 +288,9 @@ def test_kv_cache_decoding_matches_the_full_forward(tiny_model, tokens, norm_fir
     torch.testing.assert_close(torch.cat([first, *rest], dim=1), full, atol=1e-5, rtol=0)
     # The reference path (with weights) through the cache agrees as well.
     cache = model.new_cache()
-    with_weights = [model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache, need_weights=True)[0]
-                    for t in range(7)]
+    with_weights = [
+        model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache, need_weights=True)[0] for t in range(7)
+    ]
     torch.testing.assert_close(torch.cat(with_weights, dim=1), full, atol=1e-5, rtol=0)
 
 

@@ -92,9 +92,11 @@ def write_log(path, records, torn_tail: str | None = None):
 
 
 def test_read_metrics_groups_by_kind_and_skips_a_torn_last_line(tmp_path):
-    records = [{"kind": "train", "step": 10, "nll": 3.0, "loss": 3.5, "ppl": 20.0},
-               {"kind": "valid", "step": 10, "valid_nll": 2.9, "valid_loss": 3.4, "valid_ppl": 18.2},
-               {"kind": "train", "step": 20, "nll": 2.5, "loss": 3.0, "ppl": 12.2}]
+    records = [
+        {"kind": "train", "step": 10, "nll": 3.0, "loss": 3.5, "ppl": 20.0},
+        {"kind": "valid", "step": 10, "valid_nll": 2.9, "valid_loss": 3.4, "valid_ppl": 18.2},
+        {"kind": "train", "step": 20, "nll": 2.5, "loss": 3.0, "ppl": 12.2},
+    ]
     write_log(tmp_path / "metrics.jsonl", records, torn_tail='{"kind": "train", "st')
     groups = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in groups["train"]] == [10, 20]

@@ -67,7 +67,9 @@ def test_download_goes_to_the_cache_and_checks_the_digest(tiny_checkpoint, nowhe
 
 def test_failed_download_is_a_clear_error(nowhere, monkeypatch, tmp_path):
     monkeypatch.setattr(pretrained, "_REPOSITORY_RAW", (tmp_path / "missing").as_uri())
-    with pytest.raises(companion.PretrainedUnavailableError, match="downloading it from .* failed.*COMPANION_PRETRAINED_DIR"):
+    with pytest.raises(
+        companion.PretrainedUnavailableError, match="downloading it from .* failed.*COMPANION_PRETRAINED_DIR"
+    ):
         companion.load_pretrained()
 
 
@@ -76,12 +78,16 @@ def test_unknown_name_is_refused():
         companion.load_pretrained("gpt-5")
 
 
-@pytest.mark.skipif(not (ROOT / "pretrained" / "de-en-small.json").exists(), reason="the shipped model is not in this checkout")
+@pytest.mark.skipif(
+    not (ROOT / "pretrained" / "de-en-small.json").exists(), reason="the shipped model is not in this checkout"
+)
 def test_the_shipped_model_matches_its_card_and_translates():
     import json
 
     card = json.loads((ROOT / "pretrained" / "de-en-small.json").read_text())
-    assert pretrained._sha256(SHIPPED) == card["sha256"] == pretrained.PRETRAINED_MODELS["multi30k-de-en-small"]["sha256"]
+    assert (
+        pretrained._sha256(SHIPPED) == card["sha256"] == pretrained.PRETRAINED_MODELS["multi30k-de-en-small"]["sha256"]
+    )
     loaded = companion.load_pretrained(path=SHIPPED)
     assert loaded.model.num_parameters() == card["model"]["parameters"]
     assert all(torch.isfinite(p).all() for p in loaded.model.parameters())

@@ -32,13 +32,38 @@ from companion.train import TrainConfig, Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-COPY = ["train", "--task", "copy", "--preset", "tiny", "--num-examples", "300", "--max-tokens", "200",
-        "--no-progress", "--device", "cpu", "--threads", "1"]
+COPY = [
+    "train",
+    "--task",
+    "copy",
+    "--preset",
+    "tiny",
+    "--num-examples",
+    "300",
+    "--max-tokens",
+    "200",
+    "--no-progress",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+]
 
 
 def small_model(vocab: int = 20) -> Transformer:
-    return Transformer(TransformerConfig(vocab, vocab, d_model=32, num_heads=2, num_encoder_layers=1,
-                                         num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=32))
+    return Transformer(
+        TransformerConfig(
+            vocab,
+            vocab,
+            d_model=32,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=64,
+            dropout=0.0,
+            max_len=32,
+        )
+    )
 
 
 def copy_batches(n: int = 200, max_tokens: int = 200, vocab: int = 20):
@@ -52,8 +77,12 @@ def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 # ========================================================================================================
 # High: divergence writes non-finite checkpoints and calls them good
 # ========================================================================================================
-FLOAT_OPTIONS = [("lr_factor", "--lr-factor", 1e6), ("max_minutes", "--max-minutes", 1e30),
-                 ("clip_grad", "--clip-grad", 1e30), ("save_every_minutes", "--save-every-minutes", 1e30)]
+FLOAT_OPTIONS = [
+    ("lr_factor", "--lr-factor", 1e6),
+    ("max_minutes", "--max-minutes", 1e30),
+    ("clip_grad", "--clip-grad", 1e30),
+    ("save_every_minutes", "--save-every-minutes", 1e30),
+]
 
 
 @pytest.mark.parametrize("field, flag, absurd", FLOAT_OPTIONS)
@@ -81,8 +110,12 @@ def test_alpha_must_be_finite_and_sensible(value, tiny_model, tokens):
 def _diverging_trainer(tmp_path, at_step: int, **config) -> Trainer:
     """A trainer whose optimizer step number ``at_step`` turns one weight into inf (a stand-in for a huge
     learning rate, deterministic and fast)."""
-    trainer = Trainer(small_model(), TrainConfig(max_steps=10, warmup=4, progress=False, device="cpu", **config),
-                      copy_batches(), out_dir=tmp_path)
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=10, warmup=4, progress=False, device="cpu", **config),
+        copy_batches(),
+        out_dir=tmp_path,
+    )
     calls = []
 
     def after_step(optimizer, args, kwargs):
@@ -108,8 +141,12 @@ def test_an_update_that_makes_weights_nonfinite_stops_and_saves_nothing_from_the
 
 
 def test_a_nonfinite_gradient_is_caught_before_the_update(tmp_path):
-    trainer = Trainer(small_model(), TrainConfig(max_steps=5, warmup=4, progress=False, device="cpu", save_every=1),
-                      copy_batches(), out_dir=tmp_path)
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=5, warmup=4, progress=False, device="cpu", save_every=1),
+        copy_batches(),
+        out_dir=tmp_path,
+    )
     calls = []
 
     def poison(grad: torch.Tensor) -> torch.Tensor:  # the loss stays finite; one gradient does not
@@ -148,8 +185,13 @@ def test_the_latest_good_checkpoint_is_verified_not_just_the_newest_file(tmp_pat
 
 
 def test_a_nonfinite_validation_loss_stops_without_a_final_checkpoint(tmp_path, monkeypatch):
-    trainer = Trainer(small_model(), TrainConfig(max_steps=2, warmup=4, progress=False, device="cpu"),
-                      copy_batches(), copy_batches(20), out_dir=tmp_path)
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=2, warmup=4, progress=False, device="cpu"),
+        copy_batches(),
+        copy_batches(20),
+        out_dir=tmp_path,
+    )
 
     def overflowing(batches=None, log=False):
         trainer.state.last_valid = {"valid_loss": math.inf, "valid_nll": math.inf, "valid_ppl": math.inf}
@@ -201,9 +243,19 @@ def word_checkpoint(path):
     from companion.data import WordTokenizer
 
     tok = WordTokenizer.build(["a man rides a bike .", "two dogs play in the snow ."], "en")
-    model = Transformer(TransformerConfig(tok.vocab_size, tok.vocab_size, d_model=16, num_heads=2,
-                                          num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.0,
-                                          max_len=16))
+    model = Transformer(
+        TransformerConfig(
+            tok.vocab_size,
+            tok.vocab_size,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=32,
+            dropout=0.0,
+            max_len=16,
+        )
+    )
     save_checkpoint(path, model=model, step=1, tokenizers={"src": tok, "tgt": tok})
     return path
 
@@ -258,8 +310,11 @@ def test_text_with_lone_surrogates_is_refused_by_the_api_and_the_tokenizers(tmp_
     checkpoint = word_checkpoint(tmp_path / "m.pt")
     bad = b"ein M\xe4nner".decode("utf-8", "surrogateescape")  # how a C-locale stdin hands such bytes over
     with pytest.raises(RunError, match="line 2 is not valid text"):
-        translate_run(TranslateConfig(checkpoint=str(checkpoint), device="cpu"), ["a man", bad],
-                      loaded=load_for_inference(checkpoint, "cpu"))
+        translate_run(
+            TranslateConfig(checkpoint=str(checkpoint), device="cpu"),
+            ["a man", bad],
+            loaded=load_for_inference(checkpoint, "cpu"),
+        )
     src_tok, _ = tokenizers_from_checkpoint(load_checkpoint(checkpoint))
     with pytest.raises(ValueError, match="lone surrogate"):
         src_tok.encode(bad)
@@ -282,8 +337,13 @@ def test_a_second_run_into_a_locked_folder_is_refused_and_a_stale_lock_is_taken_
 
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(out)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"  # waits for the other process, not for a clock
         assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
@@ -366,8 +426,24 @@ def test_corrupt_gzip_files_name_the_file_and_the_problem(case, tmp_path, capsys
     target.write_bytes(corrupt(target.read_bytes()))
     with pytest.raises(DataError, match=message):
         load_multi30k("en", "de", folder)
-    assert main(["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "1", "--device", "cpu",
-                 "--out", str(tmp_path / "run")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--data-dir",
+                str(folder),
+                "--max-steps",
+                "1",
+                "--device",
+                "cpu",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     assert str(target) in capsys.readouterr().err
 
 
@@ -386,9 +462,29 @@ def test_bytes_that_are_not_utf8_in_data_name_the_file_and_line(tmp_path):
 
 
 def _train_word(folder, out, steps, *extra):
-    return main(["train", "--preset", "tiny", "--tokenizer", "word", "--data-dir", str(folder), "--max-steps",
-                 str(steps), "--max-tokens", "200", "--device", "cpu", "--no-progress", "--threads", "1",
-                 "--out", str(out), *extra])
+    return main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--tokenizer",
+            "word",
+            "--data-dir",
+            str(folder),
+            "--max-steps",
+            str(steps),
+            "--max-tokens",
+            "200",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+            *extra,
+        ]
+    )
 
 
 def test_resume_with_other_data_is_refused_and_with_the_same_data_elsewhere_allowed(tmp_path, capsys):
@@ -485,15 +581,23 @@ def _resealed(path, change):
 
 
 TAMPERING = {
-    "garbage tokenizer JSON": (lambda c: c["tokenizers"]["src"].update(tokenizer="{not json"),
-                               "src tokenizer is damaged"),
-    "garbage word vocabulary": (lambda c: c["tokenizers"]["tgt"].update(type="word", language="en", itos=7),
-                                "tgt tokenizer is damaged"),
+    "garbage tokenizer JSON": (
+        lambda c: c["tokenizers"]["src"].update(tokenizer="{not json"),
+        "src tokenizer is damaged",
+    ),
+    "garbage word vocabulary": (
+        lambda c: c["tokenizers"]["tgt"].update(type="word", language="en", itos=7),
+        "tgt tokenizer is damaged",
+    ),
     "missing tokenizer entry": (lambda c: c["tokenizers"].pop("tgt"), "lack the 'tgt' entry"),
-    "non-numeric layer_norm_eps": (lambda c: c["model_config"].update(layer_norm_eps="small"),
-                                   "layer_norm_eps must be a finite number"),
-    "negative layer_norm_eps": (lambda c: c["model_config"].update(layer_norm_eps=-1e-5),
-                                "layer_norm_eps must be positive"),
+    "non-numeric layer_norm_eps": (
+        lambda c: c["model_config"].update(layer_norm_eps="small"),
+        "layer_norm_eps must be a finite number",
+    ),
+    "negative layer_norm_eps": (
+        lambda c: c["model_config"].update(layer_norm_eps=-1e-5),
+        "layer_norm_eps must be positive",
+    ),
     "nan dropout": (lambda c: c["model_config"].update(dropout=math.nan), "dropout must be a finite number"),
     "string bool": (lambda c: c["model_config"].update(norm_first="yes"), "norm_first must be True or False"),
     "unknown field": (lambda c: c["model_config"].update(colour="red"), "unknown field 'colour'"),
@@ -506,8 +610,18 @@ def test_tampered_checkpoint_contents_are_validated_on_load(case, tmp_path, caps
 
     change, message = TAMPERING[case]
     tok = SubwordTokenizer.train(["a man rides a bike .", "ein mann fährt rad ."] * 5, vocab_size=60)
-    model = Transformer(TransformerConfig(tok.vocab_size, tok.vocab_size, d_model=16, num_heads=2,
-                                          num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.0))
+    model = Transformer(
+        TransformerConfig(
+            tok.vocab_size,
+            tok.vocab_size,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=32,
+            dropout=0.0,
+        )
+    )
     path = save_checkpoint(tmp_path / "m.pt", model=model, step=1, tokenizers={"src": tok, "tgt": tok})
     _resealed(path, change)
     assert main(["translate", "--checkpoint", str(path), "--device", "cpu"]) == 2
@@ -553,18 +667,57 @@ def test_api_errors_are_named_value_and_type_errors(tiny_model, tokens):
 def test_bpe_vocabulary_larger_than_asked_warns(tmp_path):
     folder = write_corpus(tmp_path / "data")
     with pytest.warns(UserWarning, match=r"--vocab-size 5: the BPE vocabulary has \d+ entries"):
-        assert main(["train", "--preset", "tiny", "--tokenizer", "bpe", "--vocab-size", "5", "--data-dir",
-                     str(folder), "--max-steps", "1", "--device", "cpu", "--no-progress", "--threads", "1",
-                     "--out", str(tmp_path / "run")]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--preset",
+                    "tiny",
+                    "--tokenizer",
+                    "bpe",
+                    "--vocab-size",
+                    "5",
+                    "--data-dir",
+                    str(folder),
+                    "--max-steps",
+                    "1",
+                    "--device",
+                    "cpu",
+                    "--no-progress",
+                    "--threads",
+                    "1",
+                    "--out",
+                    str(tmp_path / "run"),
+                ]
+            )
+            == 0
+        )
 
 
 def test_average_last_beyond_keep_last_is_refused_and_too_few_checkpoints_warn(tmp_path, capsys):
-    assert main([*COPY, "--max-steps", "1", "--keep-last", "1", "--average-last", "5",
-                 "--out", str(tmp_path / "a")]) == 2
+    assert (
+        main([*COPY, "--max-steps", "1", "--keep-last", "1", "--average-last", "5", "--out", str(tmp_path / "a")]) == 2
+    )
     assert "--average-last 5 averages more checkpoints than --keep-last 1" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="--average-last 3: the run wrote only 2 checkpoint"):
-        assert main([*COPY, "--max-steps", "2", "--save-every", "1", "--average-last", "3", "--save-every", "1",
-                     "--out", str(tmp_path / "b")]) == 0
+        assert (
+            main(
+                [
+                    *COPY,
+                    "--max-steps",
+                    "2",
+                    "--save-every",
+                    "1",
+                    "--average-last",
+                    "3",
+                    "--save-every",
+                    "1",
+                    "--out",
+                    str(tmp_path / "b"),
+                ]
+            )
+            == 0
+        )
 
 
 def test_accum_steps_beyond_the_batches_of_an_epoch_is_refused(tmp_path, capsys):
@@ -578,8 +731,9 @@ def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
     from companion.data import load_multi30k
 
     folder = write_corpus(tmp_path / "data")
-    (folder / "train.en.gz").write_bytes(gzip.compress("\ufeff".encode() + gzip.decompress(
-        (folder / "train.en.gz").read_bytes())))
+    (folder / "train.en.gz").write_bytes(
+        gzip.compress("\ufeff".encode() + gzip.decompress((folder / "train.en.gz").read_bytes()))
+    )
     assert load_multi30k("en", "de", folder)["train"][0][0] == "a man number 0 ."
 
 
@@ -596,8 +750,24 @@ def test_resuming_below_the_current_step_is_refused_without_touching_the_run(tmp
 def test_all_empty_data_names_the_files(tmp_path, capsys):
     folder = write_corpus(tmp_path / "data", {"train": [("", "ein mann ."), ("   ", "")]})
     with pytest.warns(UserWarning, match="dropped 2 pair"):
-        assert main(["train", "--preset", "tiny", "--data-dir", str(folder), "--max-steps", "1", "--device",
-                     "cpu", "--out", str(tmp_path / "run")]) == 2
+        assert (
+            main(
+                [
+                    "train",
+                    "--preset",
+                    "tiny",
+                    "--data-dir",
+                    str(folder),
+                    "--max-steps",
+                    "1",
+                    "--device",
+                    "cpu",
+                    "--out",
+                    str(tmp_path / "run"),
+                ]
+            )
+            == 2
+        )
     err = capsys.readouterr().err
     assert f"{folder / 'train.en.gz'} and {folder / 'train.de.gz'} hold no sentence pair" in err
 
@@ -617,8 +787,22 @@ def test_main_reports_only_the_packages_own_errors(tmp_path, monkeypatch, capsys
 # ========================================================================================================
 # Defaults a user meets
 # ========================================================================================================
-MEASURED_SETTINGS = ("preset", "tokenizer", "min_freq", "average_last", "keep_last", "save_every_minutes",
-                     "d_model", "num_heads", "layers", "d_ff", "norm_first", "max_tokens", "warmup", "lr_factor")
+MEASURED_SETTINGS = (
+    "preset",
+    "tokenizer",
+    "min_freq",
+    "average_last",
+    "keep_last",
+    "save_every_minutes",
+    "d_model",
+    "num_heads",
+    "layers",
+    "d_ff",
+    "norm_first",
+    "max_tokens",
+    "warmup",
+    "lr_factor",
+)
 
 
 def test_the_shortest_command_trains_the_measured_setting():
@@ -627,14 +811,18 @@ def test_the_shortest_command_trains_the_measured_setting():
     from companion.cli import build_parser
     from companion.runs import option_fields
 
-    bench = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "multi30k_cpu_de-en.json")
-                       .read_text(encoding="utf-8"))
+    bench = json.loads(
+        (Path(__file__).resolve().parents[2] / "bench" / "results" / "multi30k_cpu_de-en.json").read_text(
+            encoding="utf-8"
+        )
+    )
     measured = bench["results"]["de-en"]["config"]
     args = build_parser().parse_args(["train", "--src", "de", "--tgt", "en", "--max-minutes", "12", "--out", "run"])
     names = {f.name for f in option_fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
-    assert {name: getattr(config, name) for name in MEASURED_SETTINGS} == {name: measured[name]
-                                                                          for name in MEASURED_SETTINGS}
+    assert {name: getattr(config, name) for name in MEASURED_SETTINGS} == {
+        name: measured[name] for name in MEASURED_SETTINGS
+    }
 
 
 def test_explicit_flags_beat_the_defaults():

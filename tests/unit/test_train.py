@@ -26,15 +26,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_model(vocab: int = 20, **overrides) -> Transformer:
-    settings = dict(d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0,
-                    max_len=32)
+    settings = dict(
+        d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=32
+    )
     settings.update(overrides)
     return Transformer(TransformerConfig(vocab, vocab, **settings))
 
 
 def copy_batches(n: int = 400, max_tokens: int = 200, seed: int = 0, vocab: int = 20, max_len: int = 8):
-    return make_batches(synthetic_pairs("copy", n, max_len=max_len, vocab_size=vocab, seed=seed), max_tokens,
-                        seed=seed)
+    return make_batches(synthetic_pairs("copy", n, max_len=max_len, vocab_size=vocab, seed=seed), max_tokens, seed=seed)
 
 
 def exact_match(model: Transformer, pairs) -> float:
@@ -59,10 +59,16 @@ def test_noam_matches_the_formula_and_peaks_at_warmup():
     assert noam_lr(0, d_model, warmup) == 0.0
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(step=-1, d_model=8), "step"), (dict(step=1.5, d_model=8), "step"), (dict(step=1, d_model=0), "d_model"),
-    (dict(step=1, d_model=8, warmup=0), "warmup"), (dict(step=1, d_model=8, factor=0), "factor"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(step=-1, d_model=8), "step"),
+        (dict(step=1.5, d_model=8), "step"),
+        (dict(step=1, d_model=0), "d_model"),
+        (dict(step=1, d_model=8, warmup=0), "warmup"),
+        (dict(step=1, d_model=8, factor=0), "factor"),
+    ],
+)
 def test_noam_rejects_bad_arguments(kwargs, name):
     with pytest.raises(ValueError, match=name):
         noam_lr(**kwargs)
@@ -104,8 +110,9 @@ def test_label_smoothing_matches_pytorch_and_ignores_padding():
     target = torch.randint(1, 9, (4, 6))
     target[:, 4:] = 0
     loss_sum, nll_sum, _ = label_smoothed_loss(logits, target, smoothing=0.1, pad_id=0)
-    reference = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1), ignore_index=0, label_smoothing=0.1,
-                                reduction="sum")
+    reference = F.cross_entropy(
+        logits.reshape(-1, 9), target.reshape(-1), ignore_index=0, label_smoothing=0.1, reduction="sum"
+    )
     torch.testing.assert_close(loss_sum, reference)
     assert loss_sum > nll_sum  # smoothing penalises confident predictions
     loss_sum.backward()
@@ -129,8 +136,7 @@ def test_overfits_one_batch_to_near_zero_loss():
     batch = make_batches(pairs, 10**6, shuffle=False)
     assert len(batch) == 1
     model = small_model(d_model=64, num_heads=4, d_ff=128)
-    config = TrainConfig(max_steps=150, warmup=50, lr_factor=0.5, label_smoothing=0.0, progress=False,
-                         device="cpu")
+    config = TrainConfig(max_steps=150, warmup=50, lr_factor=0.5, label_smoothing=0.0, progress=False, device="cpu")
     trainer = Trainer(model, config, batch)
     summary = trainer.train()
     assert summary["steps"] == 150 and summary["stop_reason"] == "max_steps"
@@ -145,10 +151,20 @@ def test_copy_task_reaches_99_percent_exact_match_within_a_step_budget():
     torch.manual_seed(0)
     train = make_batches(synthetic_pairs("copy", 20000, max_len=8, vocab_size=20, seed=0), 800, seed=0)
     held_out = synthetic_pairs("copy", 500, max_len=8, vocab_size=20, seed=123)
-    model = Transformer(TransformerConfig(20, 20, d_model=64, num_heads=2, num_encoder_layers=2,
-                                          num_decoder_layers=2, d_ff=128, dropout=0.0, max_len=32))
-    config = TrainConfig(max_steps=300, warmup=100, lr_factor=0.5, label_smoothing=0.0, progress=False,
-                         device="cpu")
+    model = Transformer(
+        TransformerConfig(
+            20,
+            20,
+            d_model=64,
+            num_heads=2,
+            num_encoder_layers=2,
+            num_decoder_layers=2,
+            d_ff=128,
+            dropout=0.0,
+            max_len=32,
+        )
+    )
+    config = TrainConfig(max_steps=300, warmup=100, lr_factor=0.5, label_smoothing=0.0, progress=False, device="cpu")
     trainer = Trainer(model, config, train)
     accuracy = 0.0
     while trainer.state.step < 800:
@@ -171,13 +187,15 @@ def test_gradient_accumulation_equals_one_big_batch():
     twin.load_state_dict(reference.state_dict())
     big = Trainer(reference, TrainConfig(max_steps=1, warmup=1, progress=False, device="cpu"), whole)
     big.train()
-    accumulated = Trainer(twin, TrainConfig(max_steps=1, warmup=1, accum_steps=2, progress=False, device="cpu"),
-                          [first, second])
+    accumulated = Trainer(
+        twin, TrainConfig(max_steps=1, warmup=1, accum_steps=2, progress=False, device="cpu"), [first, second]
+    )
     accumulated.train()
     # Adam's first moment after one step is 0.1 * gradient: the gradients must agree.
     for (name, p), q in zip(reference.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(big.optimizer.state[p]["exp_avg"], accumulated.optimizer.state[q]["exp_avg"],
-                                   atol=1e-8, rtol=1e-4, msg=name)
+        torch.testing.assert_close(
+            big.optimizer.state[p]["exp_avg"], accumulated.optimizer.state[q]["exp_avg"], atol=1e-8, rtol=1e-4, msg=name
+        )
         if not name.endswith("k_proj.bias"):  # its true gradient is 0 (softmax ignores it): Adam amplifies noise
             torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
     assert not torch.equal(reference.generator.weight, small_model().generator.weight)
@@ -275,9 +293,17 @@ def test_gradient_clipping_bounds_the_gradient_norm():
     assert first_moment_norm(b) > 0.1
 
 
-@pytest.mark.parametrize("field, value", [("max_minutes", float("inf")), ("lr_factor", float("nan")),
-                                          ("clip_grad", float("inf")), ("label_smoothing", float("nan")),
-                                          ("eps", float("nan")), ("save_every_minutes", float("nan"))])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("max_minutes", float("inf")),
+        ("lr_factor", float("nan")),
+        ("clip_grad", float("inf")),
+        ("label_smoothing", float("nan")),
+        ("eps", float("nan")),
+        ("save_every_minutes", float("nan")),
+    ],
+)
 def test_train_config_rejects_non_finite_numbers(field, value):
     from companion.errors import ConfigError
 

@@ -61,8 +61,15 @@ def browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=path,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
         )
         yield browser
         browser.close()

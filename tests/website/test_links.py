@@ -72,8 +72,10 @@ def test_launch_buttons_open_committed_notebooks(pages):
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     owner_repo = urllib.parse.urlsplit(config["repository"]["url"]).path.strip("/")
     branch = config["repository"]["branch"]
-    pattern = re.compile(rf"https://colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/"
-                         rf"{re.escape(branch)}/(?P<path>[^\"'?#]+)")
+    pattern = re.compile(
+        rf"https://colab\.research\.google\.com/github/{re.escape(owner_repo)}/blob/"
+        rf"{re.escape(branch)}/(?P<path>[^\"'?#]+)"
+    )
     seen = 0
     for page, collector in pages.items():
         for _, url in collector.links:

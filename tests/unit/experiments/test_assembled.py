@@ -20,8 +20,17 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_config(**overrides) -> companion.TransformerConfig:
-    settings = dict(src_vocab_size=13, tgt_vocab_size=11, d_model=16, num_heads=2, num_encoder_layers=2,
-                    num_decoder_layers=3, d_ff=32, dropout=0.0, max_len=32)
+    settings = dict(
+        src_vocab_size=13,
+        tgt_vocab_size=11,
+        d_model=16,
+        num_heads=2,
+        num_encoder_layers=2,
+        num_decoder_layers=3,
+        d_ff=32,
+        dropout=0.0,
+        max_len=32,
+    )
     settings.update(overrides)
     return companion.TransformerConfig(**settings)
 
@@ -34,6 +43,7 @@ def toy_batches():
 
 # -- shape records and the figure -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_record_shapes_sees_every_sublayer_with_its_shape(norm_first):
     config = small_config(norm_first=norm_first)
@@ -45,8 +55,11 @@ def test_record_shapes_sees_every_sublayer_with_its_shape(norm_first):
     final_norms = 1 if norm_first else 0
     assert len(encoder) == 2 + 4 * 2 + final_norms
     assert len(decoder) == 2 + 6 * 3 + final_norms + 2
-    assert [r.label for r in encoder[:2]] == [r.label for r in decoder[:2]] == [
-        "embedding", "x sqrt(d) + positional encoding"]
+    assert (
+        [r.label for r in encoder[:2]]
+        == [r.label for r in decoder[:2]]
+        == ["embedding", "x sqrt(d) + positional encoding"]
+    )
     assert all(r.shape == (3, 7, 16) for r in encoder)
     assert [r.shape for r in decoder[-2:]] == [(3, 5, 11), (3, 5, 11)]
     assert [r.order for r in records] == list(range(len(records)))
@@ -60,8 +73,9 @@ def test_record_shapes_sees_every_sublayer_with_its_shape(norm_first):
 
 def test_record_shapes_with_shared_embeddings_labels_both_sides():
     config = small_config(src_vocab_size=13, tgt_vocab_size=13, share_embeddings=True, tie_output=True)
-    records = exp.record_shapes(companion.Transformer(config).eval(), torch.randint(4, 13, (2, 6)),
-                                torch.randint(4, 13, (2, 4)))
+    records = exp.record_shapes(
+        companion.Transformer(config).eval(), torch.randint(4, 13, (2, 6)), torch.randint(4, 13, (2, 4))
+    )
     embeddings = [r for r in records if r.label == "embedding"]
     assert [(r.side, r.shape) for r in embeddings] == [("encoder", (2, 6, 16)), ("decoder", (2, 4, 16))]
 
@@ -100,18 +114,27 @@ def test_draw_architecture_script_runs_and_is_deterministic(tmp_path):
     outputs = []
     for name in ("a.png", "b.png"):
         out = tmp_path / name
-        result = subprocess.run([sys.executable, str(ROOT / "tools" / "draw_architecture.py"), "--out", str(out)],
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "draw_architecture.py"), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
     assert outputs[0][:8] == b"\x89PNG\r\n\x1a\n" and len(outputs[0]) > 10_000
     assert outputs[0] == outputs[1]
-    bad = subprocess.run([sys.executable, str(ROOT / "tools" / "draw_architecture.py"), "--out",
-                          str(tmp_path / "x.jpg")], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "draw_architecture.py"), "--out", str(tmp_path / "x.jpg")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode != 0 and "--out must be a .png" in bad.stderr
 
 
 # -- feed-forward network ---------------------------------------------------------------------------------
+
 
 def test_ffn_as_conv1d_equals_the_ffn():
     ffn = companion.FeedForward(16, 64)
@@ -129,11 +152,18 @@ def test_layer_flops_and_parameters_match_the_formulas():
     layer = companion.EncoderLayer(config).eval()
     d, d_ff, n = 32, 128, 10
     flops = exp.layer_flops(layer, n)
-    assert flops == {"layer": 8 * n * d * d + 4 * n * n * d + 4 * n * d * d_ff,
-                     "attention": 8 * n * d * d + 4 * n * n * d, "ffn": 4 * n * d * d_ff}
+    assert flops == {
+        "layer": 8 * n * d * d + 4 * n * n * d + 4 * n * d * d_ff,
+        "attention": 8 * n * d * d + 4 * n * n * d,
+        "ffn": 4 * n * d * d_ff,
+    }
     params = exp.layer_parameter_counts(layer)
-    assert params == {"attention": 4 * (d * d + d), "ffn": 2 * d * d_ff + d_ff + d, "norm": 4 * d,
-                      "total": sum(p.numel() for p in layer.parameters())}
+    assert params == {
+        "attention": 4 * (d * d + d),
+        "ffn": 2 * d * d_ff + d_ff + d,
+        "norm": 4 * d,
+        "total": sum(p.numel() for p in layer.parameters()),
+    }
     decoder_params = exp.layer_parameter_counts(companion.DecoderLayer(config))
     assert decoder_params["attention"] == 8 * (d * d + d) and decoder_params["norm"] == 6 * d
     with pytest.raises(ValueError, match="n must be a positive integer"):
@@ -141,6 +171,7 @@ def test_layer_flops_and_parameters_match_the_formulas():
 
 
 # -- post-LN / pre-LN -------------------------------------------------------------------------------------
+
 
 def test_gradient_norms_at_init_one_value_per_layer_and_seeded(toy_batches):
     config = small_config(src_vocab_size=12, tgt_vocab_size=12)
@@ -191,10 +222,12 @@ def test_train_small_uses_the_learning_rate_of_each_step(toy_batches):
             assert frozen.losses[step] == pytest.approx(float(expected), abs=1e-5)
     moving = exp.train_small(config, toy_batches, 3, exp.warmup_schedule(1e-2, 0), seed=1)
     assert moving.losses[0] == pytest.approx(frozen.losses[0]) and moving.losses[2] != pytest.approx(
-        frozen.losses[2], abs=1e-4)
+        frozen.losses[2], abs=1e-4
+    )
 
 
 # -- Table 1 ----------------------------------------------------------------------------------------------
+
 
 def test_stepwise_rnn_steps_equal_the_recurrence():
     rnn = exp.StepwiseRNN(6).double()
@@ -219,20 +252,23 @@ def test_restricted_attention_sees_exactly_its_window():
         exp.RestrictedSelfAttention(4, r)(torch.randn(1, n, 5))
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("self-attention", lambda n: 1),
-    ("recurrent", lambda n: n - 1),
-    ("convolution", lambda n: n - 1),  # k = 3: one position per layer
-    ("dilated convolution", lambda n: math.ceil(math.log(n, 3) - 1e-9)),
-    ("restricted self-attention", lambda n: math.ceil((n - 1) / 2)),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("self-attention", lambda n: 1),
+        ("recurrent", lambda n: n - 1),
+        ("convolution", lambda n: n - 1),  # k = 3: one position per layer
+        ("dilated convolution", lambda n: math.ceil(math.log(n, 3) - 1e-9)),
+        ("restricted self-attention", lambda n: math.ceil((n - 1) / 2)),
+    ],
+)
 def test_max_path_length_matches_table_1(kind, expected):
     for n in (6, 10, 20):
         causal = kind in ("recurrent", "dilated convolution")
         reachable = torch.tril(torch.ones(n, n, dtype=torch.bool)) if causal else torch.ones(n, n, dtype=torch.bool)
         length = exp.max_path_length(
-            lambda layer: exp.dependency_matrix(exp.make_table1_layer(kind, 3, k=3, r=2, layer=layer), n, 3),
-            reachable)
+            lambda layer: exp.dependency_matrix(exp.make_table1_layer(kind, 3, k=3, r=2, layer=layer), n, 3), reachable
+        )
         assert length == expected(n), (kind, n)
 
 
@@ -245,8 +281,9 @@ def test_boolean_composition_equals_the_stack_jacobian():
 
 def test_max_path_length_errors():
     with pytest.raises(RuntimeError, match="do not connect"):
-        exp.max_path_length(lambda layer: torch.eye(4, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool),
-                            max_layers=3)
+        exp.max_path_length(
+            lambda layer: torch.eye(4, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool), max_layers=3
+        )
     with pytest.raises(ValueError, match=r"must be a \[4, 4\] matrix"):
         exp.max_path_length(lambda layer: torch.ones(3, 3, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="kind must be one of"):

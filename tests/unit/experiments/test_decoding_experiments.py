@@ -20,8 +20,17 @@ def _model(eos_bias: float = 2.5) -> Transformer:
     """A small untrained model whose output layer favours <eos>, so searches finish both ways (by <eos> and at
     the length limit)."""
     torch.manual_seed(1)
-    config = TransformerConfig(src_vocab_size=23, tgt_vocab_size=VOCAB, d_model=16, num_heads=4,
-                               num_encoder_layers=2, num_decoder_layers=2, d_ff=32, dropout=0.0, max_len=64)
+    config = TransformerConfig(
+        src_vocab_size=23,
+        tgt_vocab_size=VOCAB,
+        d_model=16,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        max_len=64,
+    )
     model = Transformer(config).eval()
     with torch.no_grad():
         model.generator.bias[EOS_ID] += eos_bias
@@ -45,8 +54,9 @@ def test_traced_beam_search_equals_core_for_every_alpha(beam_size, max_extra_len
     traces = D.traced_beam_search(model, src, beam_size, max_extra_len=max_extra_len)
     by_eos = at_limit = 0
     for alpha in (0.0, 0.6, 1.0, 2.0):
-        tokens, scores = companion.beam_search(model, src, beam_size=beam_size, alpha=alpha,
-                                               max_extra_len=max_extra_len, return_scores=True)
+        tokens, scores = companion.beam_search(
+            model, src, beam_size=beam_size, alpha=alpha, max_extra_len=max_extra_len, return_scores=True
+        )
         best = [trace.best(alpha) for trace in traces]
         assert [list(hyp.tokens) for hyp in best] == tokens
         assert [hyp.score(alpha) for hyp in best] == pytest.approx(scores, abs=1e-5)
@@ -83,7 +93,7 @@ def test_recorded_steps_are_consistent():
             assert all(len(tokens) == step.step for tokens, _, _ in step.candidates)
             assert len(step.alive) <= k and all(tokens[-1] != EOS_ID for tokens, _ in step.alive)
             # the survivors are the best candidates that do not end in <eos>
-            expected = [(t, s) for t, s, _ in step.candidates if t[-1] != EOS_ID][:len(step.alive)]
+            expected = [(t, s) for t, s, _ in step.candidates if t[-1] != EOS_ID][: len(step.alive)]
             assert step.alive == expected
         assert sum(len(s.finished) for s in trace.steps) <= len(trace.finished)
     # the first step extends only <bos>: all candidates come from beam 0
@@ -170,13 +180,17 @@ def test_sampling_top_k_one_is_greedy_and_seeded_sampling_repeats():
     model, src = _model(eos_bias=1.0), _sources()
     greedy = companion.greedy_decode(model, src, max_extra_len=6)
     assert D.sample_decode(model, src, top_k=1, max_extra_len=6, generator=torch.Generator().manual_seed(0)) == greedy
-    draws = [D.sample_decode(model, src, temperature=1.5, max_extra_len=6,
-                             generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    draws = [
+        D.sample_decode(model, src, temperature=1.5, max_extra_len=6, generator=torch.Generator().manual_seed(3))
+        for _ in range(2)
+    ]
     assert draws[0] == draws[1]
     other = D.sample_decode(model, src, temperature=1.5, max_extra_len=6, generator=torch.Generator().manual_seed(4))
     assert other != draws[0]
-    assert all(len(out) <= limit for out, limit in
-               zip(draws[0], companion.decode.max_output_lengths(src, PAD_ID, 6, model.config.max_len)))
+    assert all(
+        len(out) <= limit
+        for out, limit in zip(draws[0], companion.decode.max_output_lengths(src, PAD_ID, 6, model.config.max_len))
+    )
 
 
 def test_score_corpus_matches_score_hypotheses():

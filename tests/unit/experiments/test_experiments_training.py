@@ -26,6 +26,7 @@ def random_rows(x, y, batch_size=8):
     def draw(generator):
         rows = torch.randint(0, x.shape[0], (batch_size,), generator=generator)
         return x[rows], y[rows]
+
     return draw
 
 
@@ -39,8 +40,17 @@ def test_fit_is_the_plain_loop_step_for_step():
     x, y = regression_data()
     steps, warmup = 12, 3
     model = linear_model()
-    losses = fit(model, random_rows(x, y), mse, steps, lr=0.05, seed=7, betas=(0.9, 0.98),
-                 schedule=warmup_cosine_schedule(warmup, steps), clip_norm=0.5)
+    losses = fit(
+        model,
+        random_rows(x, y),
+        mse,
+        steps,
+        lr=0.05,
+        seed=7,
+        betas=(0.9, 0.98),
+        schedule=warmup_cosine_schedule(warmup, steps),
+        clip_norm=0.5,
+    )
 
     reference = linear_model()
     generator = torch.Generator().manual_seed(7)
@@ -88,7 +98,7 @@ def test_sgd_with_momentum_matches_torch_sgd():
 
 def test_an_iterable_of_batches_is_used_in_order_and_must_last():
     x, y = regression_data()
-    batches = [(x[i:i + 8], y[i:i + 8]) for i in range(0, 32, 8)]
+    batches = [(x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)]
     seen = []
 
     def recording_loss(model, batch):
@@ -120,8 +130,9 @@ def test_clip_norm_bounds_every_update():
     x, y = regression_data()
     model = linear_model()
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
-    fit(model, random_rows(x, y), lambda m, b: 100 * mse(m, b), 1, lr=1.0, optimizer="sgd", momentum=0.0,
-        clip_norm=0.01)
+    fit(
+        model, random_rows(x, y), lambda m, b: 100 * mse(m, b), 1, lr=1.0, optimizer="sgd", momentum=0.0, clip_norm=0.01
+    )
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     assert 0 < float((after - before).norm()) <= 0.01 + 1e-6
 
@@ -155,8 +166,16 @@ def test_adam_eps_reaches_the_optimizer():
 def test_on_step_sees_every_step_with_its_loss_and_unclipped_gradient_norm():
     x, y = regression_data()
     seen = []
-    losses = fit(linear_model(), random_rows(x, y), mse, 4, lr=0.01, seed=2, clip_norm=1e-3,
-                 on_step=lambda step, loss, norm: seen.append((step, loss, norm)))
+    losses = fit(
+        linear_model(),
+        random_rows(x, y),
+        mse,
+        4,
+        lr=0.01,
+        seed=2,
+        clip_norm=1e-3,
+        on_step=lambda step, loss, norm: seen.append((step, loss, norm)),
+    )
     assert [s for s, _, _ in seen] == [0, 1, 2, 3]
     assert [loss for _, loss, _ in seen] == losses
     first = linear_model()  # the first step's gradient norm, by hand: before clipping, so far above 1e-3
@@ -188,7 +207,7 @@ def test_warmup_cosine_rises_linearly_then_decays_to_the_floor():
     values = [warmup_cosine(step, warmup, total) for step in range(total + 1)]
     assert values[:warmup] == [0.25, 0.5, 0.75, 1.0]
     assert values[warmup] == 1.0
-    assert all(a >= b for a, b in zip(values[warmup:], values[warmup + 1:]))
+    assert all(a >= b for a, b in zip(values[warmup:], values[warmup + 1 :]))
     assert math.isclose(values[total], 0.1)
     assert math.isclose(warmup_cosine(12, warmup, total, floor=0.0), 0.5)  # half-way through the cosine
     schedule = warmup_cosine_schedule(warmup, total, floor=0.2)
@@ -209,26 +228,29 @@ def test_schedule_sets_the_learning_rate_of_each_step(monkeypatch):
     assert used_rates == pytest.approx([0.2 / (s + 1) for s in range(5)])
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    ({"model": "not a module"}, TypeError, "model must be a torch.nn.Module, got str"),
-    ({"model": nn.ReLU()}, ValueError, "model has no parameters"),
-    ({"batches": 3}, TypeError, "batches must be a function"),
-    ({"loss_fn": None}, TypeError, "loss_fn must be a callable"),
-    ({"steps": 0}, ValueError, "steps"),
-    ({"lr": 0.0}, ValueError, "lr must be a positive number, got 0.0"),
-    ({"lr": True}, ValueError, "lr must be a positive number"),
-    ({"seed": 1.5}, TypeError, "seed must be an int"),
-    ({"seed_global_rng": 1}, TypeError, "seed_global_rng must be a bool"),
-    ({"optimizer": "adamw"}, ValueError, r"optimizer must be one of \('adam', 'sgd'\), got 'adamw'"),
-    ({"betas": (0.9,)}, ValueError, "betas must be a pair of numbers in"),
-    ({"betas": (0.9, 1.0)}, ValueError, "betas must be a pair of numbers in"),
-    ({"eps": 0.0}, ValueError, "eps must be a positive number"),
-    ({"momentum": -0.1}, ValueError, "momentum must be a non-negative number"),
-    ({"schedule": 0.5}, TypeError, "schedule must be None or a callable"),
-    ({"clip_norm": 0}, ValueError, "clip_norm must be a positive number"),
-    ({"stop_on_nonfinite": "yes"}, TypeError, "stop_on_nonfinite must be a bool"),
-    ({"on_step": 1}, TypeError, "on_step must be None or a callable"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"model": "not a module"}, TypeError, "model must be a torch.nn.Module, got str"),
+        ({"model": nn.ReLU()}, ValueError, "model has no parameters"),
+        ({"batches": 3}, TypeError, "batches must be a function"),
+        ({"loss_fn": None}, TypeError, "loss_fn must be a callable"),
+        ({"steps": 0}, ValueError, "steps"),
+        ({"lr": 0.0}, ValueError, "lr must be a positive number, got 0.0"),
+        ({"lr": True}, ValueError, "lr must be a positive number"),
+        ({"seed": 1.5}, TypeError, "seed must be an int"),
+        ({"seed_global_rng": 1}, TypeError, "seed_global_rng must be a bool"),
+        ({"optimizer": "adamw"}, ValueError, r"optimizer must be one of \('adam', 'sgd'\), got 'adamw'"),
+        ({"betas": (0.9,)}, ValueError, "betas must be a pair of numbers in"),
+        ({"betas": (0.9, 1.0)}, ValueError, "betas must be a pair of numbers in"),
+        ({"eps": 0.0}, ValueError, "eps must be a positive number"),
+        ({"momentum": -0.1}, ValueError, "momentum must be a non-negative number"),
+        ({"schedule": 0.5}, TypeError, "schedule must be None or a callable"),
+        ({"clip_norm": 0}, ValueError, "clip_norm must be a positive number"),
+        ({"stop_on_nonfinite": "yes"}, TypeError, "stop_on_nonfinite must be a bool"),
+        ({"on_step": 1}, TypeError, "on_step must be None or a callable"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, error, message):
     x, y = regression_data()
     arguments = {"model": linear_model(), "batches": random_rows(x, y), "loss_fn": mse, "steps": 2, "lr": 0.01}
@@ -245,12 +267,15 @@ def test_a_loss_that_is_not_a_scalar_tensor_is_rejected():
         fit(linear_model(), random_rows(x, y), lambda m, b: 1.0, 1, lr=0.01)
 
 
-@pytest.mark.parametrize("args, message", [
-    ((-1, 10), "warmup must be a non-negative integer"),
-    ((2.5, 10), "warmup must be a non-negative integer"),
-    ((2, 0), "total"),
-    ((2, 10, 1.5), r"floor must be a number in \[0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((-1, 10), "warmup must be a non-negative integer"),
+        ((2.5, 10), "warmup must be a non-negative integer"),
+        ((2, 0), "total"),
+        ((2, 10, 1.5), r"floor must be a number in \[0, 1\]"),
+    ],
+)
 def test_bad_schedule_settings_are_named(args, message):
     with pytest.raises(ValueError, match=message):
         warmup_cosine_schedule(*args)

@@ -24,8 +24,18 @@ class CopyOracle(Transformer):
     """
 
     def __init__(self, max_len: int = 40, stop_after: int | None = None) -> None:
-        super().__init__(TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, num_heads=1, num_encoder_layers=0,
-                                           num_decoder_layers=0, d_ff=4, max_len=max_len))
+        super().__init__(
+            TransformerConfig(
+                VOCAB,
+                VOCAB,
+                d_model=VOCAB,
+                num_heads=1,
+                num_encoder_layers=0,
+                num_decoder_layers=0,
+                d_ff=4,
+                max_len=max_len,
+            )
+        )
         self.stop_after = stop_after
 
     def encode(self, src, need_weights=False):
@@ -50,14 +60,14 @@ class CopyOracle(Transformer):
 def test_a_perfect_copier_scores_one_everywhere():
     report = length_report(CopyOracle(), "copy", [1, 5, 20], vocab_size=VOCAB, examples_per_length=30)
     assert report == [LengthResult(n, 1.0, 1.0, float(n)) for n in (1, 5, 20)]
-    assert torch.equal(position_accuracy(CopyOracle(), "copy", 20, vocab_size=VOCAB, num_examples=30),
-                       torch.ones(20))
+    assert torch.equal(position_accuracy(CopyOracle(), "copy", 20, vocab_size=VOCAB, num_examples=30), torch.ones(20))
 
 
 def test_stopping_early_fails_greedy_decoding_but_not_the_content_only_position_accuracy():
     oracle = CopyOracle(stop_after=6)
-    report = {r.length: r for r in length_report(oracle, "copy", [4, 6, 8, 12], vocab_size=VOCAB,
-                                                  examples_per_length=25)}
+    report = {
+        r.length: r for r in length_report(oracle, "copy", [4, 6, 8, 12], vocab_size=VOCAB, examples_per_length=25)
+    }
     assert report[4].exact_match == 1.0 and report[6].exact_match == 1.0
     assert report[8].exact_match == 0.0 and report[12].exact_match == 0.0
     assert report[12].mean_output_length == 6.0
@@ -80,8 +90,19 @@ def test_the_task_decides_what_is_right():
 
 def test_a_real_model_is_measured_deterministically_and_left_in_its_mode():
     torch.manual_seed(0)
-    model = Transformer(TransformerConfig(VOCAB, VOCAB, d_model=16, num_heads=2, num_encoder_layers=1,
-                                          num_decoder_layers=1, d_ff=32, max_len=16, positional="learned"))
+    model = Transformer(
+        TransformerConfig(
+            VOCAB,
+            VOCAB,
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=32,
+            max_len=16,
+            positional="learned",
+        )
+    )
     model.train()
     first = length_report(model, "copy", [3, 9], vocab_size=VOCAB, examples_per_length=10)
     second = length_report(model, "copy", [9, 3], vocab_size=VOCAB, examples_per_length=10)
@@ -97,23 +118,44 @@ def test_a_real_model_is_measured_deterministically_and_left_in_its_mode():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda m: length_report("model", "copy", [3], vocab_size=VOCAB), TypeError,
-         "model must be a companion Transformer, got str"),
+        (
+            lambda m: length_report("model", "copy", [3], vocab_size=VOCAB),
+            TypeError,
+            "model must be a companion Transformer, got str",
+        ),
         (lambda m: length_report(m, "copy", [], vocab_size=VOCAB), ValueError, "lengths must hold at least one"),
-        (lambda m: length_report(m, "copy", [3, 40], vocab_size=VOCAB), ValueError,
-         r"lengths\[1\] must be at most max_len - 1 = 39 .*got 40"),
-        (lambda m: length_report(m, "copy", [3, 0], vocab_size=VOCAB), ValueError,
-         r"lengths\[1\] must be a positive integer, got 0"),
-        (lambda m: length_report(m, "copy", [3], vocab_size=VOCAB + 1), ValueError,
-         r"vocab_size must be in \(4, 12\].*got 13"),
-        (lambda m: length_report(m, "copy", [3], vocab_size=VOCAB, examples_per_length=0), ValueError,
-         "examples_per_length must be a positive integer, got 0"),
+        (
+            lambda m: length_report(m, "copy", [3, 40], vocab_size=VOCAB),
+            ValueError,
+            r"lengths\[1\] must be at most max_len - 1 = 39 .*got 40",
+        ),
+        (
+            lambda m: length_report(m, "copy", [3, 0], vocab_size=VOCAB),
+            ValueError,
+            r"lengths\[1\] must be a positive integer, got 0",
+        ),
+        (
+            lambda m: length_report(m, "copy", [3], vocab_size=VOCAB + 1),
+            ValueError,
+            r"vocab_size must be in \(4, 12\].*got 13",
+        ),
+        (
+            lambda m: length_report(m, "copy", [3], vocab_size=VOCAB, examples_per_length=0),
+            ValueError,
+            "examples_per_length must be a positive integer, got 0",
+        ),
         (lambda m: length_report(m, "shuffle", [3], vocab_size=VOCAB), ValueError, "task must be one of"),
-        (lambda m: position_accuracy(m, "copy", 40, vocab_size=VOCAB), ValueError,
-         r"length must be at most max_len - 1 = 39"),
+        (
+            lambda m: position_accuracy(m, "copy", 40, vocab_size=VOCAB),
+            ValueError,
+            r"length must be at most max_len - 1 = 39",
+        ),
         (lambda m: position_accuracy(m, "copy", 5, vocab_size=4), ValueError, r"vocab_size must be in \(4, 12\]"),
-        (lambda m: position_accuracy(m, "copy", 5, vocab_size=VOCAB, num_examples=-1), ValueError,
-         "num_examples must be a positive integer, got -1"),
+        (
+            lambda m: position_accuracy(m, "copy", 5, vocab_size=VOCAB, num_examples=-1),
+            ValueError,
+            "num_examples must be a positive integer, got -1",
+        ),
     ],
 )
 def test_bad_input_is_reported(call, error, message):

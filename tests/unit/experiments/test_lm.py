@@ -236,8 +236,9 @@ def test_causal_model_learns_a_sentence_and_generates_it(one_thread):
     text = "the cat sat on the mat"
     tokenizer = CharTokenizer.build([text])
     rows = encode_sequences(tokenizer, [text] * 8, max_len=len(text) + 2)
-    model = DecoderOnlyLM(LanguageModelConfig(tokenizer.vocab_size, d_model=32, num_heads=2, num_layers=1,
-                                              d_ff=64, max_len=len(text) + 2))
+    model = DecoderOnlyLM(
+        LanguageModelConfig(tokenizer.vocab_size, d_model=32, num_heads=2, num_layers=1, d_ff=64, max_len=len(text) + 2)
+    )
     history = train_language_model(model, rows, steps=80, batch_size=8, lr=1e-2)
     assert history[-1] < 0.1 * history[0]
     out = model.generate(torch.tensor([[BOS_ID]]), max_new_tokens=len(text) + 1, greedy=True)
@@ -251,8 +252,9 @@ def test_without_the_mask_the_loss_drops_below_the_entropy_of_random_text(one_th
     final = {}
     for causal in (True, False):
         torch.manual_seed(0)
-        model = DecoderOnlyLM(LanguageModelConfig(4 + alphabet, d_model=32, num_heads=2, num_layers=1, d_ff=64,
-                                                  max_len=16, causal=causal))
+        model = DecoderOnlyLM(
+            LanguageModelConfig(4 + alphabet, d_model=32, num_heads=2, num_layers=1, d_ff=64, max_len=16, causal=causal)
+        )
         history = train_language_model(model, rows, steps=150, batch_size=32, lr=1e-2)
         final[causal] = sum(history[-10:]) / 10
     assert final[True] > math.log(alphabet) - 0.05
