@@ -14,7 +14,7 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
@@ -388,6 +388,14 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(p)
 
     # -- the three entry points --------------------------------------------------------------------------
+    @overload
+    def encode(self, src: torch.Tensor, need_weights: Literal[False] = False) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    @overload
+    def encode(
+        self, src: torch.Tensor, need_weights: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]: ...
+
     def encode(self, src: torch.Tensor, need_weights: bool = False):
         """Source token ids ``[batch, n]`` -> ``(memory [batch, n, d_model], src_mask [batch, 1, 1, n])``.
 
@@ -395,6 +403,27 @@ class Transformer(nn.Module):
         """
         check_token_ids("src", src, self.config.src_vocab_size)
         return self._encode(src, need_weights)
+
+    @overload
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: Literal[False] = False,
+    ) -> torch.Tensor: ...
+
+    @overload
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        need_weights: Literal[True],
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]: ...
 
     def decode(
         self,

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _copy_model import exact_match
 
 from companion import Transformer, TransformerConfig
-from companion.data import EOS_ID, make_batches, synthetic_pairs
-from companion.decode import greedy_decode
+from companion.data import make_batches, synthetic_pairs
 from companion.devices import resolve_device
 from companion.train import (
     DeviceUnavailableError,
@@ -35,13 +35,6 @@ def small_model(vocab: int = 20, **overrides) -> Transformer:
 
 def copy_batches(n: int = 400, max_tokens: int = 200, seed: int = 0, vocab: int = 20, max_len: int = 8):
     return make_batches(synthetic_pairs("copy", n, max_len=max_len, vocab_size=vocab, seed=seed), max_tokens, seed=seed)
-
-
-def exact_match(model: Transformer, pairs) -> float:
-    batch = make_batches(pairs, 10**9, shuffle=False)[0]
-    outputs = greedy_decode(model.eval(), batch.src)
-    targets = [row[: row.index(EOS_ID)] for row in batch.tgt_out.tolist()]
-    return sum(o == t for o, t in zip(outputs, targets)) / len(targets)
 
 
 # -- schedule ---------------------------------------------------------------------------------------------
