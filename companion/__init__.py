@@ -170,7 +170,7 @@ _EXPERIMENT_NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import the teaching names of :data:`_EXPERIMENT_NAMES` from ``companion.experiments`` on first use."""
+    """Import the teaching names of ``_EXPERIMENT_NAMES`` from ``companion.experiments`` on first use."""
     module = _EXPERIMENT_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'companion' has no attribute {name!r}")

@@ -218,7 +218,7 @@ class MultiHeadAttention(nn.Module):
     per-head projections are stored as one ``nn.Linear(d_model, d_model)`` each for Q, K and V (``q_proj``,
     ``k_proj``, ``v_proj``); head i uses rows ``i*d_k:(i+1)*d_k`` of each weight. ``out_proj`` is W^O.
 
-    :meth:`forward` is the one entry point: the encoder and decoder layers of :class:`~companion.Transformer`
+    :meth:`forward` is the one entry point: the encoder and decoder layers of :class:`~companion.model.Transformer`
     call it exactly as a reader does, with an optional :class:`AttentionCache` for token-by-token decoding.
     Two performance details live behind it and change no result beyond rounding:
 

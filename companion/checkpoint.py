@@ -41,7 +41,6 @@ from torch import nn
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_FORMAT_VERSION",
-    "CheckpointError",
     "atomic_save",
     "save_checkpoint",
     "load_checkpoint",
@@ -269,8 +268,9 @@ def write_checkpoint(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> 
     """Seal ``checkpoint`` (a dict as built by :func:`save_checkpoint` or :func:`average_checkpoints`) with its
     digest and write it atomically.
 
-    A checkpoint whose weights or trainer state hold inf or nan is never written (:class:`CheckpointError`):
-    every checkpoint on disk is one that training can continue from and decoding can use.
+    A checkpoint whose weights or trainer state hold inf or nan is never written
+    (:class:`~companion.errors.CheckpointError`): every checkpoint on disk is one that training can continue
+    from and decoding can use.
     """
     checkpoint = dict(checkpoint)
     _check_plain(checkpoint, "checkpoint")
@@ -289,7 +289,7 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Read a checkpoint safely (``weights_only=True``) and check that it is whole.
 
-    Raises :class:`CheckpointError` with the path and the reason for a missing, truncated, corrupt or
+    Raises :class:`~companion.errors.CheckpointError` with the path and the reason for a missing, truncated, corrupt or
     foreign file (one not written by this package, or by a newer format version). ``verify=False`` skips
     the digest check (faster for large models).
     """
@@ -354,7 +354,7 @@ def load_checkpoint(
 
 def check_model_config(values: Any) -> Any:
     """The :class:`~companion.model.TransformerConfig` a checkpoint's ``model_config`` describes, with every
-    field checked (types, ranges, finiteness), or :class:`CheckpointError` naming the field."""
+    field checked (types, ranges, finiteness), or :class:`~companion.errors.CheckpointError` naming the field."""
     import dataclasses
     import math
 
@@ -392,7 +392,8 @@ def _config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) ->
 def check_compatible(
     checkpoint: Mapping[str, Any], model_config: Any = None, tokenizers: Mapping[str, Any] | None = None
 ) -> None:
-    """Raise :class:`CheckpointError` if ``checkpoint`` was written for another model config or vocabulary.
+    """Raise :class:`~companion.errors.CheckpointError` if ``checkpoint`` was written for another model config or
+    vocabulary.
 
     ``model_config`` is a TransformerConfig (or its dict); ``tokenizers`` is ``{"src", "tgt"}`` tokenizers or
     dicts. Either may be None to skip that check.

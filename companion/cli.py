@@ -103,7 +103,8 @@ def split_lines(text: str) -> list[str]:
 
 
 def decode_utf8(data: bytes, where: str) -> str:
-    """``data`` decoded as UTF-8, or a :class:`RunError` naming ``where``, the line and the bad bytes."""
+    """``data`` decoded as UTF-8, or a :class:`~companion.errors.RunError` naming ``where``, the line and the
+    bad bytes."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

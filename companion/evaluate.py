@@ -66,7 +66,7 @@ def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[f
 def perplexity(model: Transformer, batches: Iterable[Batch], device: torch.device | str | None = None) -> float:
     """Teacher-forced perplexity ``exp(sum of -log p(target token) / number of target tokens)``.
 
-    Each :class:`~companion.data.Batch` supplies ``src [batch, n]``, ``tgt_in`` and ``tgt_out [batch, t]``;
+    Each :class:`~companion.data.batching.Batch` supplies ``src [batch, n]``, ``tgt_in`` and ``tgt_out [batch, t]``;
     positions where ``tgt_out`` is padding are ignored. Runs with dropout off (the model's mode is restored).
     """
     if not isinstance(model, Transformer):

@@ -30,7 +30,7 @@ __all__ = ["token_labels", "plot_attention_heads", "read_metrics", "plot_learnin
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> list[str]:
     """One readable string per id, for axis labels: special tokens by name, others as the tokenizer spells them.
 
-    Unlike :meth:`~companion.data.Tokenizer.decode`, nothing is dropped: ``<bos>``, ``<eos>``, ``<pad>`` and
+    Unlike :meth:`~companion.data.tokenizers.Tokenizer.decode`, nothing is dropped: ``<bos>``, ``<eos>``, ``<pad>`` and
     ``<unk>`` appear where their ids are, so the labels line up with the rows of an attention matrix.
     """
     if not isinstance(tokenizer, Tokenizer):

@@ -51,7 +51,7 @@ PRETRAINED_MODELS: dict[str, dict[str, str]] = {
 
 @dataclass
 class PretrainedModel:
-    """A trained :class:`~companion.Transformer` with its two tokenizers and its model card.
+    """A trained :class:`~companion.model.Transformer` with its two tokenizers and its model card.
 
     ``translate`` turns German sentences into English ones with the book's decoding settings (beam 4,
     alpha 0.6; ``beam_size=1`` is greedy search).
@@ -142,7 +142,7 @@ def load_pretrained(
     """Load the book's trained model (see the module docstring for where it is looked for).
 
     Args:
-        name: which shipped model (:data:`PRETRAINED_MODELS`).
+        name: which shipped model (``PRETRAINED_MODELS``).
         path: a checkpoint file to load instead of searching.
         device: where the model goes (eval mode).
         download: allow fetching the file from the repository when no local copy exists.

@@ -261,7 +261,7 @@ class RunConfig:
 
     Fields left at None that a preset sets (``d_model``, ``num_heads``, ``layers``, ``d_ff``, ``dropout``,
     ``norm_first``, ``max_tokens``, ``warmup``, ``lr_factor``) are filled from ``preset``
-    (:data:`companion.model.MODEL_PRESETS` and :data:`TRAINING_PRESETS`) when the config is built, so an
+    (``companion.model.MODEL_PRESETS`` and ``TRAINING_PRESETS``) when the config is built, so an
     explicit value beats the preset, which beats the default. Building the config checks every value and
     raises :class:`~companion.errors.ConfigError` naming the flag. The help text of each field is its
     ``--help`` line.
@@ -669,7 +669,7 @@ def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_ma
 
     Refuses (:class:`~companion.errors.RunError`) to write into a folder that holds a run unless ``resume``
     (continue it: its latest checkpoint is returned) or ``overwrite`` (the run's own files,
-    :data:`RUN_ARTIFACTS`, are deleted by the main process; other files stay).
+    ``RUN_ARTIFACTS``, are deleted by the main process; other files stay).
     """
     from .checkpoint import latest_checkpoint
 
@@ -986,8 +986,10 @@ def train_run(
         ``averaged.pt``) and ``averaged_from``.
 
     Raises:
-        ConfigError: an option has an invalid value. RunError: the folder or the resume does not work out.
-        Also the errors of the data (DataUnavailableError), devices and training (TrainingDivergedError).
+        ConfigError: an option has an invalid value.
+        RunError: the folder or the resume does not work out.
+        DataUnavailableError: the data cannot be found (likewise the devices' and training's own errors,
+            e.g. TrainingDivergedError).
     """
     import torch
 

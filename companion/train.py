@@ -4,7 +4,7 @@
 * the learning rate ``d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)`` ("Noam" schedule, eq. 3),
   warmup 4000 steps by default, optionally scaled by a ``factor``;
 * label smoothing eps_ls = 0.1 (section 5.4) with padding positions ignored;
-* batches by token count (built by :func:`companion.data.make_batches`), with gradient accumulation to
+* batches by token count (built by :func:`companion.data.batching.make_batches`), with gradient accumulation to
   reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
 
 On top of the paper: bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
@@ -38,8 +38,8 @@ from torch import nn
 from ._validation import check_integer, check_number, check_positive_int, check_tensor
 from .devices import process_rank, resolve_device
 
-# DeviceUnavailableError and TrainingDivergedError are re-exported: their home was this module
-from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
+# DeviceUnavailableError and TrainingDivergedError stay importable from here (their home was this module)
+from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError  # noqa: F401
 
 __all__ = [
     "noam_lr",
@@ -48,8 +48,6 @@ __all__ = [
     "label_smoothed_loss",
     "TrainConfig",
     "Trainer",
-    "TrainingDivergedError",
-    "DeviceUnavailableError",
 ]
 
 
@@ -274,7 +272,7 @@ class TrainState:
 # Trainer
 # --------------------------------------------------------------------------------------------------------
 class Trainer:
-    """Trains a :class:`~companion.model.Transformer` on a list of :class:`companion.data.Batch`.
+    """Trains a :class:`~companion.model.Transformer` on a list of :class:`companion.data.batching.Batch`.
 
     The list is one epoch; every epoch visits it in a fresh order drawn from ``seed + epoch``. One optimizer
     step consumes ``accum_steps`` consecutive batches. Under ``torchrun`` each rank takes its share of the
@@ -352,9 +350,9 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Train until a limit of the config is reached; returns a summary dict.
 
-        Raises :class:`TrainingDivergedError` (naming the step and the latest checkpoint that loads and is
-        finite) if the loss or the gradient norm becomes NaN or infinite (the failing update is not applied),
-        if an update makes a parameter non-finite, or if the final validation loss is not finite. A checkpoint
+        Raises :class:`~companion.errors.TrainingDivergedError` (naming the step and the latest checkpoint that
+        loads and is finite) if the loss or the gradient norm becomes NaN or infinite (the failing update is not
+        applied), if an update makes a parameter non-finite, or if the final validation loss is not finite. A checkpoint
         is never written from non-finite weights.
         """
         cfg = self.config
@@ -743,7 +741,7 @@ class Trainer:
     def load_checkpoint(self, checkpoint: str | os.PathLike | Mapping[str, Any]) -> None:
         """Resume from a checkpoint (path or loaded dict): model weights, optimizer, scheduler, RNG, counters.
 
-        Raises :class:`companion.checkpoint.CheckpointError` if the checkpoint was written for another model
+        Raises :class:`~companion.errors.CheckpointError` if the checkpoint was written for another model
         configuration or vocabulary, or holds no trainer state (e.g. an averaged checkpoint).
         """
         from .checkpoint import CheckpointError, check_compatible, load_checkpoint, load_model_weights

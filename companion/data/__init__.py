@@ -3,18 +3,18 @@
 One module per step, read in this order:
 
 1. :mod:`companion.data.tokenizers`: special tokens with fixed ids (``<pad>=0, <unk>=1, <bos>=2, <eos>=3``),
-   :class:`WordTokenizer` (spaCy words) and :class:`SubwordTokenizer` (trained BPE, shared by both languages as
-   in the paper), both serialisable into a checkpoint.
-2. :mod:`companion.data.multi30k`: :func:`load_multi30k` from a local folder or the Hugging Face hub.
-3. :mod:`companion.data.batching`: :func:`encode_pairs`, :func:`make_batches` into right-padded :class:`Batch`
-   tensors of about ``max_tokens`` tokens, and :func:`pad_sequences`.
+   ``WordTokenizer`` (spaCy words) and ``SubwordTokenizer`` (trained BPE, shared by both languages as in the
+   paper), both serialisable into a checkpoint.
+2. :mod:`companion.data.multi30k`: ``load_multi30k`` from a local folder or the Hugging Face hub.
+3. :mod:`companion.data.batching`: ``encode_pairs``, ``make_batches`` into right-padded ``Batch`` tensors of
+   about ``max_tokens`` tokens, and ``pad_sequences``.
 4. :mod:`companion.data.synthetic`: copy / reverse / sort tasks that need no data at all.
 
 Every public name is importable from ``companion.data`` directly.
 """
 
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
-from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, DataUnavailableError, load_multi30k
+from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, DataUnavailableError, load_multi30k  # noqa: F401 (the error: companion.errors)
 from .synthetic import SYNTHETIC_TASKS, synthetic_pairs
 from .tokenizers import (
     BOS,
@@ -46,7 +46,6 @@ __all__ = [
     "WordTokenizer",
     "SubwordTokenizer",
     "tokenizer_from_dict",
-    "DataUnavailableError",
     "MULTI30K_LANGUAGES",
     "MULTI30K_HUB_NAME",
     "DATA_DIR_ENV",

@@ -16,7 +16,8 @@ import zlib
 from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["MULTI30K_LANGUAGES", "MULTI30K_HUB_NAME", "DATA_DIR_ENV", "DataUnavailableError", "load_multi30k"]
+# DataUnavailableError is importable from here too; it is documented in companion.errors
+__all__ = ["MULTI30K_LANGUAGES", "MULTI30K_HUB_NAME", "DATA_DIR_ENV", "load_multi30k"]
 
 # -- Multi30k ----------------------------------------------------------------------------------------------
 
@@ -44,7 +45,7 @@ def load_multi30k(
     ``test`` is test_2016_flickr. Where the data comes from, in order: ``data_dir`` (a folder of the raw files
     ``train.en.gz``, ``val.de.gz``, ..., plain ``.en``/``.de`` files also work), the folder named by the
     environment variable ``COMPANION_DATA_DIR``, the Hugging Face hub (``bentrevett/multi30k``). Offline
-    without a local copy this raises :class:`DataUnavailableError` within seconds.
+    without a local copy this raises :class:`~companion.errors.DataUnavailableError` within seconds.
 
     Sizes of the real data: 29,000 / 1,014 / 1,000 pairs. Pairs with an empty side are dropped with a warning.
     """
@@ -72,8 +73,8 @@ def _find_file(folder: Path, stem: str, language: str) -> Path | None:
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The bytes of ``path``, decompressed if its name ends in ``.gz``; a :class:`DataError` naming the file
-    for a truncated or corrupt gzip stream or one that is not gzip at all."""
+    """The bytes of ``path``, decompressed if its name ends in ``.gz``; a :class:`~companion.errors.DataError`
+    naming the file for a truncated or corrupt gzip stream or one that is not gzip at all."""
     try:
         if path.suffix != ".gz":
             return path.read_bytes()
@@ -103,7 +104,7 @@ def _read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file, gzip-compressed if its name ends in ``.gz``, without line ends.
 
     Lines end at ``\n`` only (a trailing ``\r`` is dropped); a UTF-8 byte-order mark at the start is dropped.
-    Undecodable bytes are a :class:`DataError` naming the file, the line and the bytes.
+    Undecodable bytes are a :class:`~companion.errors.DataError` naming the file, the line and the bytes.
     """
     data = _read_bytes(path)
     try:
@@ -185,7 +186,7 @@ def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
 
 
 def _load_from_hub(src: str, tgt: str) -> dict[str, list[tuple[str, str]]]:
-    """Multi30k from the Hugging Face hub, or :class:`DataUnavailableError` within seconds."""
+    """Multi30k from the Hugging Face hub, or :class:`~companion.errors.DataUnavailableError` within seconds."""
     offline = _env_flag("HF_DATASETS_OFFLINE") or _env_flag("HF_HUB_OFFLINE")
     if not offline:
         host, port = _hub_address()

@@ -3,7 +3,7 @@
 Five groups, each built on the public core (``companion.Transformer`` and its layers) and never copying it:
 
 * **Shapes and the architecture figure.** :func:`record_shapes` runs one batch through a real
-  :class:`companion.Transformer` with forward hooks and records, in call order, every sub-layer's output shape;
+  :class:`companion.model.Transformer` with forward hooks and records, in call order, every sub-layer's output shape;
   :func:`draw_architecture` draws the paper's Figure 1 from those records alone.
 * **The feed-forward network.** :func:`ffn_as_conv1d` (the same FFN as two 1x1 convolutions) and
   :func:`layer_flops` (matrix-multiply FLOPs of one layer and of its sub-layers, counted by PyTorch).
@@ -115,11 +115,12 @@ def record_shapes(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> l
     """Run ``model(src, tgt)`` once with forward hooks and return every sub-layer call in call order.
 
     Args:
-        model: a :class:`companion.Transformer` (post-LN or pre-LN, any depth).
+        model: a :class:`companion.model.Transformer` (post-LN or pre-LN, any depth).
         src: source ids ``[batch, n]``; tgt: decoder input ids ``[batch, t]``.
 
     Returns:
-        Records for: the two embeddings, their scaling by sqrt(d_model) plus positional encoding, every attention,
+        list: a record for each of the two embeddings, their scaling by sqrt(d_model) plus positional
+        encoding, every attention,
         feed-forward and LayerNorm module of every layer (attention output taken at its output projection
         W^O), the final LayerNorms of a pre-LN model, and the output projection (logits
         ``[batch, t, tgt_vocab]``). A last record ``"softmax"`` has the logits' shape: the model returns
@@ -560,7 +561,7 @@ class TrainResult:
 def train_small(
     config: TransformerConfig, batches: Sequence[Batch], steps: int, lr: Callable[[int], float], seed: int = 0
 ) -> TrainResult:
-    """Train a fresh :class:`companion.Transformer` (built after ``torch.manual_seed(seed)``) for ``steps`` Adam
+    """Train a fresh :class:`companion.model.Transformer` (built after ``torch.manual_seed(seed)``) for ``steps`` Adam
     steps with the paper's betas 0.9/0.98 and eps 1e-9, no label smoothing, cycling through ``batches``;
     ``lr(step)`` gives the learning rate of step 1, 2, ... (e.g. :func:`warmup_schedule`).
 

@@ -1,7 +1,7 @@
 """Decoding experiments for the decoding chapter: a beam search that shows its work, sweeps, search errors,
 sampling and the memory of the key/value cache.
 
-:func:`traced_beam_search` follows exactly the rules of :func:`companion.beam_search` (same candidates, same
+:func:`traced_beam_search` follows exactly the rules of :func:`companion.decode.beam_search` (same candidates, same
 finishing and stopping rules, so the same outputs and scores), but keeps what the core search throws away:
 
 * every *finished* hypothesis with its summed log-probability and the length its length penalty uses, so the
@@ -131,7 +131,7 @@ def traced_beam_search(
     """Beam search over ``src [batch, n]`` that returns, per sentence, all finished hypotheses (and with
     ``record_steps`` every step's candidates and survivors).
 
-    The rules are those of :func:`companion.beam_search`: per sentence, extend each of the ``k`` running
+    The rules are those of :func:`companion.decode.beam_search`: per sentence, extend each of the ``k`` running
     hypotheses by every token; take the ``2k`` best extensions by summed log-probability; those among the first
     ``k`` that end in ``<eos>`` are finished (until ``k`` are finished); the ``k`` best that do not end in
     ``<eos>`` go on. A sentence stops with ``k`` finished hypotheses, or at its length limit (source length +
@@ -217,7 +217,8 @@ def traced_beam_search(
 
 
 def length_sorted_batches(sources: Sequence[Sequence[int]], batch_size: int) -> Iterable[list[int]]:
-    """Indices of ``sources`` in batches of ``batch_size``, longest first (as :func:`companion.translate_ids`)."""
+    """Indices of ``sources`` in batches of ``batch_size``, longest first (as
+    :func:`companion.decode.translate_ids`)."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size]
@@ -268,7 +269,7 @@ def greedy_recompute(
 ) -> list[list[int]]:
     """Greedy search *without* a cache: at every step the decoder reruns over the whole prefix ``[batch, t]``.
 
-    Same rules and outputs as :func:`companion.greedy_decode` (which feeds one token per step and caches the
+    Same rules and outputs as :func:`companion.decode.greedy_decode` (which feeds one token per step and caches the
     keys and values of the earlier ones); kept as the baseline the cache is measured against.
     """
     src = _check_model_and_src(model, src)
@@ -453,7 +454,7 @@ def score_corpus(
     alpha: float,
     batch_size: int = 200,
 ) -> list[float]:
-    """:func:`companion.score_hypotheses` over a corpus: the normalised model score ``log P(y | x) / lp(|y|)``
+    """:func:`companion.decode.score_hypotheses` over a corpus: the normalised model score ``log P(y | x) / lp(|y|)``
     of each hypothesis (ids without ``<bos>``/``<eos>``) given its source (ids ending in ``<eos>``)."""
     if len(sources) != len(hypotheses):
         raise ValueError(f"sources and hypotheses must be equally long, got {len(sources)} and {len(hypotheses)}")

@@ -2,8 +2,8 @@
 
 The paper chose sinusoidal positions partly because they "may allow the model to extrapolate to sequence
 lengths longer than the ones encountered during training" (Vaswani et al., 2017, section 3.5). Chapter 5 tests
-that hypothesis: train a model on :func:`companion.data.synthetic_pairs` with lengths up to ``L``, then measure
-it on lengths beyond ``L``. Two measurements separate two ways of failing:
+that hypothesis: train a model on :func:`companion.data.synthetic.synthetic_pairs` with lengths up to ``L``,
+then measure it on lengths beyond ``L``. Two measurements separate two ways of failing:
 
 * :func:`length_report` decodes greedily (:func:`companion.decode.greedy_decode`) and scores whole outputs:
   exact match, per-token accuracy and the mean output length (a model that never saw long targets may simply
@@ -97,7 +97,7 @@ def length_report(
 
     Args:
         model: a trained companion :class:`~companion.model.Transformer` (put in eval mode while decoding).
-        task: ``"copy"``, ``"reverse"`` or ``"sort"`` (see :func:`companion.data.synthetic_pairs`).
+        task: ``"copy"``, ``"reverse"`` or ``"sort"`` (see :func:`companion.data.synthetic.synthetic_pairs`).
         lengths: source lengths to test (each needs ``length + 1 <= model.config.max_len``).
         vocab_size: the task's vocabulary (ids ``4 .. vocab_size - 1`` are the symbols), as in training.
         examples_per_length: examples drawn for each length (with seed ``seed + length``).

@@ -47,8 +47,8 @@ class CharTokenizer(Tokenizer):
     """Character-level tokenizer with the special ids of :mod:`companion.data` (``<pad>=0, <unk>=1, <bos>=2,
     <eos>=3``) followed by one id per character of the alphabet. Unseen characters map to ``<unk>``.
 
-    Build it from a corpus with :meth:`build`. Like every :class:`companion.data.Tokenizer`, ``encode`` adds no
-    ``<bos>``/``<eos>`` (:func:`encode_sequences` does) and ``decode`` stops at the first ``<eos>``.
+    Build it from a corpus with :meth:`build`. Like every :class:`companion.data.tokenizers.Tokenizer`,
+    ``encode`` adds no ``<bos>``/``<eos>`` (:func:`encode_sequences` does) and ``decode`` stops at the first ``<eos>``.
     """
 
     def __init__(self, characters: Iterable[str]) -> None:

@@ -15,9 +15,9 @@ training, step-by-step ``greedy_decode`` for inference, and the special token id
 :mod:`companion.data` (``<pad>=0, <unk>=1, <bos>=2, <eos>=3``); real symbols are ``4 .. vocab_size - 1``.
 
 :func:`synthetic_batch` makes copy, reversal and sorting tasks of controllable length (with
-:func:`companion.data.synthetic_pairs` and :func:`companion.data.make_batches`), :func:`train_seq2seq` trains
-either model on them (seeded, CPU-friendly), and :func:`accuracy_by_length` measures greedy-decoding accuracy
-per source length.
+:func:`companion.data.synthetic.synthetic_pairs` and :func:`companion.data.batching.make_batches`),
+:func:`train_seq2seq` trains either model on them (seeded, CPU-friendly), and :func:`accuracy_by_length`
+measures greedy-decoding accuracy per source length.
 """
 
 from __future__ import annotations
@@ -325,7 +325,7 @@ class AttentionEncoderDecoder(_Seq2Seq):
 def synthetic_batch(
     task: str, batch_size: int, min_len: int, max_len: int | None = None, vocab_size: int = 24, seed: int = 0
 ) -> Batch:
-    """One padded batch of a synthetic task, from :func:`companion.data.synthetic_pairs`.
+    """One padded batch of a synthetic task, from :func:`companion.data.synthetic.synthetic_pairs`.
 
     Args:
         task: ``"copy"``, ``"reverse"`` or ``"sort"`` (the target is the source copied, reversed or sorted).
@@ -336,7 +336,7 @@ def synthetic_batch(
         seed: the same seed gives the same batch.
 
     Returns:
-        a :class:`companion.data.Batch`, rows sorted by length: ``src [batch, n + 1]`` (symbols, ``<eos>``,
+        a :class:`companion.data.batching.Batch`, rows sorted by length: ``src [batch, n + 1]`` (symbols, ``<eos>``,
         then padding), ``tgt_in [batch, n + 1]`` (``<bos>`` then the answer) and ``tgt_out [batch, n + 1]``
         (the answer then ``<eos>``), where ``n`` is the longest source in the batch.
     """

@@ -164,8 +164,8 @@ def fit(
             loss and the gradient norm before clipping (e.g. to record the gradient norms).
 
     Returns:
-        one float per step taken, the loss of each step's batch before that step's update: ``steps`` floats,
-        fewer when ``stop_on_nonfinite`` stopped the run (its last entry is then ``inf``).
+        list[float]: the loss of each step's batch before that step's update, one per step taken, so
+        ``steps`` floats, fewer when ``stop_on_nonfinite`` stopped the run (its last entry is then ``inf``).
 
     Same model weights, arguments and (unless ``seed_global_rng``) global RNG state give the same losses (on one
     machine and thread count).
