@@ -32,6 +32,24 @@ from companion.train import TrainConfig, Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+def one_step_run(data_dir, out) -> list[str]:
+    """The command line of a one-step tiny Multi30k run on ``data_dir`` into ``out``."""
+    return [
+        "train",
+        "--preset",
+        "tiny",
+        "--data-dir",
+        str(data_dir),
+        "--max-steps",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
+
+
 COPY = [
     "train",
     "--task",
@@ -426,24 +444,7 @@ def test_corrupt_gzip_files_name_the_file_and_the_problem(case, tmp_path, capsys
     target.write_bytes(corrupt(target.read_bytes()))
     with pytest.raises(DataError, match=message):
         load_multi30k("en", "de", folder)
-    assert (
-        main(
-            [
-                "train",
-                "--preset",
-                "tiny",
-                "--data-dir",
-                str(folder),
-                "--max-steps",
-                "1",
-                "--device",
-                "cpu",
-                "--out",
-                str(tmp_path / "run"),
-            ]
-        )
-        == 2
-    )
+    assert main(one_step_run(folder, tmp_path / "run")) == 2
     assert str(target) in capsys.readouterr().err
 
 
@@ -750,24 +751,7 @@ def test_resuming_below_the_current_step_is_refused_without_touching_the_run(tmp
 def test_all_empty_data_names_the_files(tmp_path, capsys):
     folder = write_corpus(tmp_path / "data", {"train": [("", "ein mann ."), ("   ", "")]})
     with pytest.warns(UserWarning, match="dropped 2 pair"):
-        assert (
-            main(
-                [
-                    "train",
-                    "--preset",
-                    "tiny",
-                    "--data-dir",
-                    str(folder),
-                    "--max-steps",
-                    "1",
-                    "--device",
-                    "cpu",
-                    "--out",
-                    str(tmp_path / "run"),
-                ]
-            )
-            == 2
-        )
+        assert main(one_step_run(folder, tmp_path / "run")) == 2
     err = capsys.readouterr().err
     assert f"{folder / 'train.en.gz'} and {folder / 'train.de.gz'} hold no sentence pair" in err
 
