@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import hardware  # noqa: E402
 
 RUN = "runs/pretrained-de-en"
-# Step-based, so that the result does not depend on how loaded the machine is. The small preset reaches ~9,800
+# Step-based, so that the result does not depend on how loaded the machine is. The small preset reaches ~12,800
 # steps in 20 minutes on an idle 2-core machine (bench/results/multi30k_cpu_de-en.json); the shipped model has
 # 5,000 (see HISTORY).
 TRAIN_COMMAND = (
