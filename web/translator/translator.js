@@ -1,0 +1,1269 @@
+/*
+ * The book's German -> English Transformer, running in the page (ONNX Runtime Web, WASM backend, one thread).
+ *
+ * Loaded on every page of the book (html_js_files). It does nothing unless the page holds a translator element:
+ *   <div class="translator-app"></div>     the full app (the "Translate in your browser" page)
+ *   <div class="translator-panel"></div>   the same app in a compact layout, for chapters
+ *   <div class="translator-model-card"></div>   the model card alone
+ * Everything it loads comes from the folder this script was served from (_static/translator/): model.json,
+ * encoder.onnx, decoder.onnx, tokenizer.js and ort/ (ONNX Runtime Web). Nothing leaves the page.
+ *
+ * Decoding reproduces companion.decode exactly (greedy_decode, beam_search): same source ids (tokens + <eos>,
+ * truncated to max_len), same length limit, same candidate ranking, <eos> handling, GNMT length penalty and
+ * tie order. The decoder graph has no key/value cache: each step feeds the whole prefix. The attention maps of
+ * the final output come from one more, teacher-forced decoder call on [<bos>, output...].
+ *
+ * For tests and readers' own experiments: window.CompanionTranslator (see the API object at the end).
+ */
+(function () {
+  "use strict";
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Where the assets are: the folder this script came from.
+  // ---------------------------------------------------------------------------------------------------------
+  const SCRIPT = document.currentScript || findOwnScript();
+  const BASE = SCRIPT ? new URL(".", SCRIPT.src).href : null;
+  const APP_SELECTOR = ".translator-app, .translator-panel";
+  const CARD_SELECTOR = ".translator-model-card";
+  const FONT = '"DejaVu Sans", "Bitstream Vera Sans", Verdana, sans-serif'; // matplotlib's default font
+  const SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"];
+  const MAX_BEAM = 8;
+  const MAX_ALPHA = 1.5;
+
+  function findOwnScript() {
+    const scripts = document.querySelectorAll("script[src]");
+    for (const script of scripts) {
+      if (/translator\/translator\.js(\?|#|$)/.test(script.src)) return script;
+    }
+    return null;
+  }
+
+  // matplotlib's viridis (the colormap of companion.plots.plot_attention_heads), 256 entries as
+  // matplotlib renders them (Colormap(..., bytes=True)); a value v in [0, 1] takes entry min(floor(v * 256), 255).
+  const VIRIDIS_HEX =
+    "44015444025544035745055845065a45085b46095c460b5e460c5f460e61470f62471163471265471466471567471669" +
+    "47186a48196b481a6c481c6e481d6f481e70482071482172482273482374472575472676472777472878472a79472b7a" +
+    "472c7b462d7c462f7c46307d46317e45327f45347f453580453681443781443982433a83433b83433c84423d84423e85" +
+    "4240854141864142864043874044873f45873f47883e48883e49893d4a893d4b893d4c893c4d8a3c4e8a3b508a3b518a" +
+    "3a528b3a538b39548b39558b38568b38578c37588c37598c365a8c365b8c355c8c355d8c345e8d345f8d33608d33618d" +
+    "32628d32638d31648d31658d31668d30678d30688d2f698d2f6a8d2e6b8e2e6c8e2e6d8e2d6e8e2d6f8e2c708e2c718e" +
+    "2c728e2b738e2b748e2a758e2a768e2a778e29788e29798e287a8e287a8e287b8e277c8e277d8e277e8e267f8e26808e" +
+    "26818e25828e25838d24848d24858d24868d23878d23888d23898d22898d228a8d228b8d218c8d218d8c218e8c208f8c" +
+    "20908c20918c1f928c1f938b1f948b1f958b1f968b1e978a1e988a1e998a1e998a1e9a891e9b891e9c891e9d881e9e88" +
+    "1e9f881ea0871fa1871fa2861fa38620a48520a58521a68521a78422a78423a88323a98224aa8225ab8126ac8127ad80" +
+    "28ae7f29af7f2ab07e2bb17d2cb17d2eb27c2fb37b30b47a32b57a33b67935b77836b87738b97639b9763bba753dbb74" +
+    "3ebc7340bd7242be7144be7045bf6f47c06e49c16d4bc26c4dc26b4fc36951c46853c56755c66657c66559c7645bc862" +
+    "5ec96160c96062ca5f64cb5d67cc5c69cc5b6bcd596dce5870ce5672cf5574d05477d05279d1517cd24f7ed24e81d34c" +
+    "83d34b86d44988d5478bd5468dd64490d64392d74195d73f97d83e9ad83c9dd93a9fd938a2da37a5da35a7db33aadb32" +
+    "addc30afdc2eb2dd2cb5dd2bb7dd29bade27bdde26bfdf24c2df22c5df21c7e01fcae01ecde01dcfe11cd2e11bd4e11a" +
+    "d7e219dae218dce218dfe318e1e318e4e318e7e419e9e419ece41aeee51bf1e51cf3e51ef6e61ff8e621fae622fde724";
+  const VIRIDIS = [];
+  for (let i = 0; i < 256; i++) {
+    const hex = VIRIDIS_HEX.slice(6 * i, 6 * i + 6);
+    VIRIDIS.push([parseInt(hex.slice(0, 2), 16), parseInt(hex.slice(2, 4), 16), parseInt(hex.slice(4, 6), 16)]);
+  }
+  const VIRIDIS_CSS = VIRIDIS.map((c) => `rgb(${c[0]},${c[1]},${c[2]})`);
+
+  /** The viridis entry of a weight in [0, 1], as matplotlib picks it (vmin 0, vmax 1). */
+  function viridisIndex(value) {
+    if (!(value > 0)) return 0; // also NaN
+    return Math.min(255, Math.floor(value * 256));
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Loading (lazily: only when a translator element exists, each file once per page).
+  // ---------------------------------------------------------------------------------------------------------
+  class LoadError extends Error {}
+
+  function assetUrl(name) {
+    if (!BASE) throw new LoadError("the translator cannot tell where its files are (no script URL)");
+    return new URL(name, BASE).href;
+  }
+
+  async function fetchOk(name) {
+    const url = assetUrl(name);
+    let response;
+    try {
+      response = await fetch(url);
+    } catch (error) {
+      throw new LoadError(`${name} could not be fetched (${error.message})`);
+    }
+    if (!response.ok) throw new LoadError(`${name} could not be fetched (HTTP ${response.status})`);
+    return response;
+  }
+
+  async function fetchBytes(name) {
+    const response = await fetchOk(name);
+    return new Uint8Array(await response.arrayBuffer());
+  }
+
+  function loadScript(name, isLoaded) {
+    if (isLoaded()) return Promise.resolve();
+    const url = assetUrl(name);
+    return new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = url;
+      script.async = true;
+      script.onload = () =>
+        isLoaded() ? resolve() : reject(new LoadError(`${name} loaded but did not define what the page needs`));
+      script.onerror = () => reject(new LoadError(`${name} could not be loaded`));
+      document.head.appendChild(script);
+    });
+  }
+
+  let modelInfoPromise = null;
+  /** model.json: the card, config, decoding settings, vocabularies, tokenizer rules and examples. */
+  function loadModelInfo() {
+    if (!modelInfoPromise) {
+      modelInfoPromise = fetchOk("model.json")
+        .then((response) => response.json())
+        .then(checkModelInfo);
+      modelInfoPromise.catch(() => (modelInfoPromise = null)); // a failed load may be retried
+    }
+    return modelInfoPromise;
+  }
+
+  function checkModelInfo(info) {
+    for (const key of ["card", "config", "decoding", "src_tokenizer", "tgt_tokenizer", "examples"]) {
+      if (!(key in info)) throw new LoadError(`model.json has no "${key}" entry`);
+    }
+    return info;
+  }
+
+  let runtimePromise = null;
+  let loadStartedAt = null;
+  /** Everything translation needs: model.json, the tokenizer, ONNX Runtime Web and both ONNX sessions. */
+  function loadRuntime() {
+    if (!runtimePromise) {
+      loadStartedAt = performance.now();
+      runtimePromise = createRuntime(loadStartedAt);
+      runtimePromise.catch(() => (runtimePromise = null));
+    }
+    return runtimePromise;
+  }
+
+  async function createRuntime(started) {
+    const [info] = await Promise.all([
+      loadModelInfo(),
+      loadScript("tokenizer.js", () => Boolean(globalThis.CompanionTokenizer)),
+      loadScript("ort/ort.wasm.min.js", () => Boolean(globalThis.ort && globalThis.ort.InferenceSession)),
+    ]);
+    const ort = globalThis.ort;
+    ort.env.wasm.wasmPaths = assetUrl("ort/");
+    ort.env.wasm.numThreads = 1;
+    ort.env.wasm.proxy = false;
+    ort.env.logLevel = "error";
+    const [encoderBytes, decoderBytes] = await Promise.all([fetchBytes("encoder.onnx"), fetchBytes("decoder.onnx")]);
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    let encoder, decoder;
+    try {
+      encoder = await ort.InferenceSession.create(encoderBytes, options);
+      decoder = await ort.InferenceSession.create(decoderBytes, options);
+    } catch (error) {
+      throw new LoadError(`ONNX Runtime could not start the model (${error.message || error})`);
+    }
+    checkSession("encoder.onnx", encoder, ["src_ids"], ["memory", "encoder_attention"]);
+    checkSession(
+      "decoder.onnx",
+      decoder,
+      ["tgt_ids", "memory", "src_ids"],
+      ["logits", "log_probs", "self_attention", "cross_attention"]
+    );
+    const tokenizers = makeTokenizers(info);
+    const loadMs = performance.now() - started;
+    return { ort, info, config: info.config, encoder, decoder, tokenizers, loadMs, started };
+  }
+
+  function checkSession(name, session, inputs, outputs) {
+    const missing = inputs
+      .filter((n) => !session.inputNames.includes(n))
+      .concat(outputs.filter((n) => !session.outputNames.includes(n)));
+    if (missing.length) throw new LoadError(`${name} lacks the inputs/outputs ${missing.join(", ")}`);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Tokenizers: web/translator/tokenizer.js (spaCy's rule-based tokenizer and the WordTokenizer in JS).
+  // ---------------------------------------------------------------------------------------------------------
+  function makeTokenizers(info) {
+    const T = globalThis.CompanionTokenizer;
+    const srcStoi = new Map(info.src_tokenizer.itos.map((token, i) => [token, i]));
+    return {
+      /** German text -> token strings (spaCy's rules; whitespace tokens dropped). */
+      tokenize: (text) => T.tokenize(text, info.src_rules),
+      /** Token strings -> source ids (<unk> for unknown tokens); no <eos>. Equal to T.encode(text, ...). */
+      tokensToIds: (tokens) => tokens.map((token) => (srcStoi.has(token) ? srcStoi.get(token) : info.config.unk_id)),
+      /** Target ids -> English text (stops at <eos>, skips <pad>/<bos>, glue and the straight-quote rule). */
+      decodeTarget: (ids) => T.decode(ids, info.tgt_tokenizer),
+      srcToken: (id) => info.src_tokenizer.itos[id],
+      tgtToken: (id) => info.tgt_tokenizer.itos[id],
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Decoding: companion.decode in JS.
+  // ---------------------------------------------------------------------------------------------------------
+
+  /** Source ids (tokens + <eos>), truncated like companion.decode._encode_sources: at most max_len ids. */
+  function sourceIds(tokenIds, config) {
+    const ids = tokenIds.concat([config.eos_id]);
+    if (ids.length <= config.max_len) return { ids, truncated: false, fullLength: ids.length };
+    return { ids: ids.slice(0, config.max_len - 1).concat([config.eos_id]), truncated: true, fullLength: ids.length };
+  }
+
+  /** companion.decode.max_output_lengths for one sentence (srcLength counts <eos>). */
+  function maxOutputLength(srcLength, maxExtraLen, modelMaxLen) {
+    return Math.max(1, Math.min(srcLength + maxExtraLen, modelMaxLen));
+  }
+
+  /** GNMT's length penalty ((5 + length) / 6) ** alpha, as companion.decode.length_penalty. */
+  function lengthPenalty(length, alpha) {
+    return Math.pow((5 + length) / 6, alpha);
+  }
+
+  /** Index of the largest of values[offset .. offset + n), the first on ties (like torch.argmax). */
+  function argmax(values, offset, n) {
+    let best = 0;
+    let bestValue = values[offset];
+    for (let i = 1; i < n; i++) {
+      const v = values[offset + i];
+      if (v > bestValue || (bestValue !== bestValue && v === v)) {
+        best = i;
+        bestValue = v;
+      }
+    }
+    return best;
+  }
+
+  /**
+   * Greedy search (companion.decode.greedy_decode for one sentence).
+   * step(prefixes, output) runs the decoder on the prefixes ([<bos>, ...] each) and returns that output,
+   * [rows, vocab]. Returns {ids, endedWithEos, decoderCalls}.
+   */
+  async function greedySearch(step, limit, config, vocab, onProgress) {
+    const ids = [];
+    let calls = 0;
+    for (;;) {
+      const logits = await step([[config.bos_id].concat(ids)], "logits");
+      calls++;
+      const token = argmax(logits, 0, vocab);
+      if (token === config.eos_id) return { ids, endedWithEos: true, score: null, decoderCalls: calls };
+      ids.push(token);
+      if (onProgress) onProgress(ids);
+      if (ids.length >= limit) return { ids, endedWithEos: false, score: null, decoderCalls: calls };
+    }
+  }
+
+  /** The finished hypotheses of one sentence (companion.decode._Hypotheses). */
+  class FinishedHypotheses {
+    constructor(beamSize) {
+      this.beamSize = beamSize;
+      this.items = [];
+    }
+    get full() {
+      return this.items.length >= this.beamSize;
+    }
+    add(score, ids, endedWithEos, force) {
+      if (force || !this.full) this.items.push({ score, ids, endedWithEos });
+    }
+    best() {
+      // Python's max(): the first of equal maxima
+      let best = this.items[0];
+      for (const item of this.items) if (item.score > best.score) best = item;
+      return best;
+    }
+  }
+
+  /**
+   * The 2k best one-token extensions, best first (companion.decode._top_candidates): the summed
+   * log-probability is a float32 sum, as in torch. Equal scores keep the order of the flat index
+   * beam * vocab + token.
+   */
+  function topCandidates(beams, logProbs, rowOfBeam, k, vocab) {
+    const want = Math.min(2 * k, k * vocab);
+    const scores = [];
+    const flat = [];
+    for (let beam = 0; beam < beams.length; beam++) {
+      const base = beams[beam].score;
+      if (base === -Infinity) continue; // every extension of a dead beam is -inf
+      const offset = rowOfBeam[beam] * vocab;
+      for (let token = 0; token < vocab; token++) {
+        const total = Math.fround(base + logProbs[offset + token]);
+        if (scores.length === want && !(total > scores[want - 1])) continue;
+        let at = scores.length;
+        while (at > 0 && !(scores[at - 1] >= total)) at--;
+        scores.splice(at, 0, total);
+        flat.splice(at, 0, beam * vocab + token);
+        if (scores.length > want) {
+          scores.pop();
+          flat.pop();
+        }
+      }
+    }
+    return scores.map((score, i) => ({ score, beam: Math.floor(flat[i] / vocab), token: flat[i] % vocab }));
+  }
+
+  /**
+   * Beam search (companion.decode.beam_search / _beam_search for one sentence): k beams, 2k candidates per
+   * step; an <eos> among the first k ranks finishes a hypothesis scored log P / lp(step); the k best others
+   * go on; stop with k finished hypotheses or at the length limit (the running beams then finish with force);
+   * the best finished hypothesis wins. Beams with score -inf (all but one at the first step) are not run: they
+   * cannot produce a finite candidate. Returns {ids, endedWithEos, score, decoderCalls}.
+   */
+  async function beamSearch(step, limit, k, alpha, config, vocab, onProgress) {
+    let beams = [{ ids: [], score: 0 }];
+    for (let i = 1; i < k; i++) beams.push({ ids: [], score: -Infinity });
+    const finished = new FinishedHypotheses(k);
+    let calls = 0;
+    for (let t = 1; ; t++) {
+      const alive = [];
+      const rowOfBeam = beams.map((beam, i) => (beam.score === -Infinity ? -1 : alive.push(i) - 1));
+      const logProbs = await step(
+        alive.map((i) => [config.bos_id].concat(beams[i].ids)),
+        "log_probs"
+      );
+      calls++;
+      const candidates = topCandidates(beams, logProbs, rowOfBeam, k, vocab);
+      const penalty = lengthPenalty(t, alpha);
+      for (let rank = 0; rank < Math.min(k, candidates.length); rank++) {
+        const c = candidates[rank];
+        if (c.token === config.eos_id && Number.isFinite(c.score)) {
+          finished.add(c.score / penalty, beams[c.beam].ids.slice(), true, false);
+        }
+      }
+      // the k best candidates that do not end in <eos> (candidates are sorted; a stable filter keeps topk's order)
+      const next = candidates.filter((c) => c.token !== config.eos_id).slice(0, k);
+      while (next.length < k) next.push({ score: -Infinity, beam: 0, token: config.eos_id }); // never in practice
+      beams = next.map((c) => ({ ids: beams[c.beam].ids.concat([c.token]), score: c.score }));
+      if (onProgress) onProgress(beams[0].ids);
+      if (finished.full) break;
+      if (t >= limit) {
+        for (const beam of beams) {
+          if (Number.isFinite(beam.score)) finished.add(beam.score / penalty, beam.ids.slice(), false, true);
+        }
+        break;
+      }
+    }
+    const best = finished.best();
+    return { ids: best.ids, endedWithEos: best.endedWithEos, score: best.score, decoderCalls: calls };
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // The model calls.
+  // ---------------------------------------------------------------------------------------------------------
+  function int64Tensor(ort, rows, width) {
+    const data = new BigInt64Array(rows.length * width);
+    rows.forEach((row, r) => row.forEach((id, c) => (data[r * width + c] = BigInt(id))));
+    return new ort.Tensor("int64", data, [rows.length, width]);
+  }
+
+  async function runEncoder(rt, src) {
+    const out = await rt.encoder.run({ src_ids: int64Tensor(rt.ort, [src], src.length) });
+    return { memory: out.memory, encoderAttention: out.encoder_attention };
+  }
+
+  /** A decoder step function over one source: prefixes (all of one length) -> the named output's data. */
+  function decoderStep(rt, src, memory) {
+    const n = src.length;
+    const width = memory.dims[2];
+    const tiles = new Map(); // rows -> the memory and source ids repeated for that many rows
+    function tiled(rows) {
+      if (!tiles.has(rows)) {
+        const data = new Float32Array(rows * n * width);
+        for (let r = 0; r < rows; r++) data.set(memory.data, r * n * width);
+        tiles.set(rows, {
+          memory: new rt.ort.Tensor("float32", data, [rows, n, width]),
+          src: int64Tensor(rt.ort, Array.from({ length: rows }, () => src), n),
+        });
+      }
+      return tiles.get(rows);
+    }
+    return async function step(prefixes, output) {
+      const t = tiled(prefixes.length);
+      const feeds = { tgt_ids: int64Tensor(rt.ort, prefixes, prefixes[0].length), memory: t.memory, src_ids: t.src };
+      const result = await rt.decoder.run(feeds, [output]);
+      return result[output].data;
+    };
+  }
+
+  // ONNX Runtime sessions run one call at a time: every use of the model goes through this queue.
+  let queue = Promise.resolve();
+  function exclusive(task) {
+    const result = queue.then(task, task);
+    queue = result.catch(() => undefined);
+    return result;
+  }
+
+  function checkOptions(options, info) {
+    const beamSize = options.beamSize === undefined ? info.decoding.beam_size : options.beamSize;
+    const alpha = options.alpha === undefined ? info.decoding.alpha : options.alpha;
+    if (!Number.isInteger(beamSize) || beamSize < 1 || beamSize > MAX_BEAM) {
+      throw new RangeError(`beam size must be a whole number from 1 to ${MAX_BEAM}, got ${beamSize}`);
+    }
+    if (typeof alpha !== "number" || !(alpha >= 0 && alpha <= MAX_ALPHA)) {
+      throw new RangeError(`alpha must be a number from 0 to ${MAX_ALPHA}, got ${alpha}`);
+    }
+    return { beamSize, alpha };
+  }
+
+  /** Tokens outside the Latin script (and not digits, punctuation or symbols). */
+  const NON_LATIN = /[^\p{Script=Latin}\p{Script=Common}\p{Script=Inherited}]/u;
+
+  /**
+   * Decode already tokenized source ids (ending in <eos>, at most max_len), as companion.decode.translate_ids:
+   * beamSize 1 is greedy search. Returns ids, attention maps and timings.
+   */
+  async function decodeIds(rt, src, beamSize, alpha, onProgress) {
+    const config = rt.config;
+    const vocab = config.tgt_vocab_size;
+    const t0 = performance.now();
+    const { memory, encoderAttention } = await runEncoder(rt, src);
+    const t1 = performance.now();
+    const step = decoderStep(rt, src, memory);
+    const limit = maxOutputLength(src.length, rt.info.decoding.max_extra_len, config.max_len);
+    const search =
+      beamSize === 1
+        ? await greedySearch(step, limit, config, vocab, onProgress)
+        : await beamSearch(step, limit, beamSize, alpha, config, vocab, onProgress);
+    const t2 = performance.now();
+    // one teacher-forced call: row j of the maps is the query that predicts output token j (the last row
+    // predicts <eos> when the output ended with it)
+    const rows = search.endedWithEos ? search.ids : search.ids.slice(0, -1);
+    const prefix = [config.bos_id].concat(rows);
+    const t = await rt.decoder.run(
+      {
+        tgt_ids: int64Tensor(rt.ort, [prefix], prefix.length),
+        memory,
+        src_ids: int64Tensor(rt.ort, [src], src.length),
+      },
+      ["cross_attention", "self_attention"]
+    );
+    const t3 = performance.now();
+    return {
+      search,
+      attention: {
+        encoder: { data: encoderAttention.data, dims: encoderAttention.dims.map(Number) },
+        cross: { data: t.cross_attention.data, dims: t.cross_attention.dims.map(Number) },
+        decoder: { data: t.self_attention.data, dims: t.self_attention.dims.map(Number) },
+      },
+      timings: { encoderMs: t1 - t0, searchMs: t2 - t1, attentionMs: t3 - t2, decoderCalls: search.decoderCalls },
+    };
+  }
+
+  let firstTranslationMs = null;
+
+  /** The result object of translate/translateIds. */
+  function describe(rt, src, sourceTokens, truncated, fullLength, decoded, options, started) {
+    const config = rt.config;
+    const { search } = decoded;
+    const outputTokens = search.ids.map(rt.tokenizers.tgtToken);
+    const rowTokens = search.endedWithEos ? outputTokens.concat(["<eos>"]) : outputTokens.slice();
+    const srcLabels = src.map((id, i) => (i === src.length - 1 ? "<eos>" : sourceTokens[i]));
+    const unknownSourceTokens = [];
+    const nonLatinTokens = [];
+    src.forEach((id, i) => {
+      if (id !== config.unk_id) return;
+      unknownSourceTokens.push({ index: i, token: srcLabels[i] });
+      if (NON_LATIN.test(srcLabels[i])) nonLatinTokens.push({ index: i, token: srcLabels[i] });
+    });
+    const totalMs = performance.now() - started;
+    if (firstTranslationMs === null && loadStartedAt !== null) firstTranslationMs = performance.now() - loadStartedAt;
+    return {
+      ids: search.ids,
+      text: rt.tokenizers.decodeTarget(search.ids),
+      sourceIds: src,
+      sourceTokens: srcLabels,
+      outputTokens,
+      attentionRowTokens: rowTokens,
+      endedWithEos: search.endedWithEos,
+      score: search.score,
+      beamSize: options.beamSize,
+      alpha: options.alpha,
+      unknownSourceTokens,
+      nonLatinTokens,
+      truncated,
+      sourceLengthBeforeTruncation: fullLength,
+      maxLen: config.max_len,
+      attention: decoded.attention,
+      timings: Object.assign({}, decoded.timings, {
+        totalMs,
+        modelLoadMs: rt.loadMs,
+        firstTranslationMs,
+      }),
+    };
+  }
+
+  /**
+   * Translate German text. options: {beamSize (1-8; 1 = greedy), alpha (0-1.5), onProgress}; beamSize and
+   * alpha default to model.json's decoding settings; onProgress(ids) sees the best running hypothesis after
+   * each step.
+   * Rejects with an Error for empty text. Resolves to {ids, text, sourceIds, sourceTokens, outputTokens,
+   * unknownSourceTokens, nonLatinTokens, truncated, attention, timings, ...}.
+   */
+  async function translate(text, options) {
+    if (typeof text !== "string") throw new TypeError(`text must be a string, got ${typeof text}`);
+    if (!text.trim()) throw new EmptyInputError("the text is empty: type a German sentence or pick an example");
+    const rt = await loadRuntime();
+    const opts = checkOptions(options || {}, rt.info);
+    return exclusive(async () => {
+      const started = performance.now();
+      const tokens = rt.tokenizers.tokenize(text);
+      const { ids, truncated, fullLength } = sourceIds(rt.tokenizers.tokensToIds(tokens), rt.config);
+      const decoded = await decodeIds(rt, ids, opts.beamSize, opts.alpha, options && options.onProgress);
+      return describe(rt, ids, tokens, truncated, fullLength, decoded, opts, started);
+    });
+  }
+
+  /** Translate already tokenized source ids (tokens + <eos>, as companion.decode.translate_ids takes them). */
+  async function translateIds(ids, options) {
+    const rt = await loadRuntime();
+    const opts = checkOptions(options || {}, rt.info);
+    if (!Array.isArray(ids) || ids.length === 0 || ids.length > rt.config.max_len) {
+      throw new RangeError(`ids must be a list of 1 to ${rt.config.max_len} source ids ending in <eos>`);
+    }
+    if (!ids.every((id) => Number.isInteger(id) && id >= 0 && id < rt.config.src_vocab_size)) {
+      throw new RangeError(`ids must be source token ids in [0, ${rt.config.src_vocab_size})`);
+    }
+    return exclusive(async () => {
+      const started = performance.now();
+      const tokens = ids.map(rt.tokenizers.srcToken);
+      const decoded = await decodeIds(rt, ids, opts.beamSize, opts.alpha, options && options.onProgress);
+      return describe(rt, ids, tokens, false, ids.length, decoded, opts, started);
+    });
+  }
+
+  class EmptyInputError extends Error {}
+
+  // ---------------------------------------------------------------------------------------------------------
+  // Heatmaps (canvas), in the style of companion.plots: viridis from 0 to 1, tokens on the axes (x labels
+  // rotated 90 degrees), "head h" titles, one colour bar labelled "attention weight".
+  // ---------------------------------------------------------------------------------------------------------
+  function h(tag, attributes, children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key === "text") node.textContent = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of [].concat(children || [])) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  function setupCanvas(canvas, width, height) {
+    const dpr = window.devicePixelRatio || 1;
+    canvas.width = Math.ceil(width * dpr);
+    canvas.height = Math.ceil(height * dpr);
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${height}px`;
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    canvas.dataset.dpr = String(dpr);
+    return ctx;
+  }
+
+  function fitLabel(ctx, label, maxWidth) {
+    if (ctx.measureText(label).width <= maxWidth) return label;
+    let cut = label;
+    while (cut.length > 1 && ctx.measureText(cut + "…").width > maxWidth) cut = cut.slice(0, -1);
+    return cut + "…";
+  }
+
+  /**
+   * Draw one heatmap: spec = {values (Float32Array, row-major), offset, rows, cols, rowLabels, colLabels,
+   * title, xlabel, ylabel, highlightRow, maxWidth}. The canvas records its geometry in data attributes
+   * (rows, cols, cellX0, cellY0, cellSize) so that a test can read the colour of any cell.
+   */
+  function drawHeatmap(canvas, spec) {
+    const { rows, cols } = spec;
+    const offset = spec.offset || 0;
+    const probe = canvas.getContext("2d");
+    const maxWidth = spec.maxWidth || 640;
+    const cellGuess = Math.max(2, Math.min(24, Math.floor((maxWidth - 120) / cols), Math.floor(520 / rows)));
+    const fontSize = Math.min(11, cellGuess - 1);
+    const showLabels = fontSize >= 6;
+    const tickFont = `${fontSize}px ${FONT}`;
+    probe.font = tickFont;
+    const labelLimit = 110;
+    const rowLabels = showLabels ? spec.rowLabels.map((l) => fitLabel(probe, l, labelLimit)) : [];
+    const colLabels = showLabels ? spec.colLabels.map((l) => fitLabel(probe, l, labelLimit)) : [];
+    const rowLabelWidth = showLabels ? Math.max(0, ...rowLabels.map((l) => probe.measureText(l).width)) : 0;
+    const colLabelHeight = showLabels ? Math.max(0, ...colLabels.map((l) => probe.measureText(l).width)) : 0;
+    const left = Math.ceil(rowLabelWidth) + 8 + (spec.ylabel ? 18 : 0);
+    const top = spec.title ? 24 : 6;
+    const cell = Math.max(2, Math.min(24, Math.floor((maxWidth - left - 8) / cols), Math.floor(520 / rows)));
+    const width = left + cell * cols + 8;
+    const height = top + cell * rows + Math.ceil(colLabelHeight) + 8 + (spec.xlabel ? 20 : 0);
+    const ctx = setupCanvas(canvas, Math.max(width, spec.title ? 90 : 0), height);
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, width, height);
+    for (let r = 0; r < rows; r++) {
+      for (let c = 0; c < cols; c++) {
+        ctx.fillStyle = VIRIDIS_CSS[viridisIndex(spec.values[offset + r * cols + c])];
+        ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
+      }
+    }
+    if (spec.highlightRow !== undefined && spec.highlightRow !== null && spec.highlightRow < rows) {
+      ctx.strokeStyle = "#d62728"; // matplotlib's tab:red
+      ctx.lineWidth = 2;
+      ctx.strokeRect(left - 1, top + spec.highlightRow * cell - 1, cell * cols + 2, cell + 2);
+    }
+    ctx.fillStyle = "#000000";
+    ctx.font = tickFont;
+    if (showLabels) {
+      ctx.textAlign = "right";
+      ctx.textBaseline = "middle";
+      rowLabels.forEach((label, r) => {
+        ctx.font = r === spec.highlightRow ? `bold ${tickFont}` : tickFont;
+        ctx.fillText(label, left - 4, top + r * cell + cell / 2);
+      });
+      ctx.font = tickFont;
+      colLabels.forEach((label, c) => {
+        ctx.save();
+        ctx.translate(left + c * cell + cell / 2, top + rows * cell + 4);
+        ctx.rotate(Math.PI / 2);
+        ctx.textAlign = "left";
+        ctx.textBaseline = "middle";
+        ctx.fillText(label, 0, 0);
+        ctx.restore();
+      });
+    }
+    ctx.font = `12px ${FONT}`;
+    ctx.textAlign = "center";
+    if (spec.title) {
+      ctx.font = `13px ${FONT}`;
+      ctx.textBaseline = "top";
+      ctx.fillText(spec.title, left + (cell * cols) / 2, 5);
+    }
+    ctx.font = `12px ${FONT}`;
+    if (spec.xlabel) {
+      ctx.textBaseline = "bottom";
+      ctx.fillText(spec.xlabel, left + (cell * cols) / 2, height - 3, Math.max(width - 4, 60));
+    }
+    if (spec.ylabel) {
+      ctx.save();
+      ctx.translate(12, top + (cell * rows) / 2);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textBaseline = "middle";
+      ctx.fillText(spec.ylabel, 0, 0, Math.max(cell * rows, 60));
+      ctx.restore();
+    }
+    Object.assign(canvas.dataset, {
+      rows: String(rows),
+      cols: String(cols),
+      cellX0: String(left),
+      cellY0: String(top),
+      cellSize: String(cell),
+      labels: showLabels ? "shown" : "omitted",
+    });
+    canvas.setAttribute("role", "img");
+    canvas.setAttribute(
+      "aria-label",
+      `${spec.title || "attention"}: heatmap of ${rows} ${spec.ylabel || "rows"} by ${cols} ${spec.xlabel || "columns"}`
+    );
+    canvas.heatmap = { spec, left, top, cell };
+  }
+
+  /** The colour bar shared by a figure's panels: 0 to 1, viridis, labelled like companion.plots. */
+  function drawColorbar(canvas, height) {
+    const barTop = 10;
+    const barHeight = Math.max(60, height - 20);
+    const ctx = setupCanvas(canvas, 70, barTop + barHeight + 10);
+    const barWidth = 12;
+    for (let i = 0; i < 256; i++) {
+      ctx.fillStyle = VIRIDIS_CSS[i];
+      const y0 = barTop + barHeight * (1 - (i + 1) / 256);
+      ctx.fillRect(4, Math.floor(y0), barWidth, Math.ceil(barHeight / 256) + 1);
+    }
+    ctx.strokeStyle = "#000";
+    ctx.lineWidth = 0.8;
+    ctx.strokeRect(4, barTop, barWidth, barHeight);
+    ctx.fillStyle = "#000";
+    ctx.font = `10px ${FONT}`;
+    ctx.textAlign = "left";
+    ctx.textBaseline = "middle";
+    for (let tick = 0; tick <= 5; tick++) {
+      const y = barTop + barHeight * (1 - tick / 5);
+      ctx.fillRect(4 + barWidth, y, 3, 0.8);
+      ctx.fillText((tick / 5).toFixed(1), 4 + barWidth + 5, y);
+    }
+    ctx.save();
+    ctx.translate(60, barTop + barHeight / 2);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "center";
+    ctx.font = `11px ${FONT}`;
+    ctx.fillText("attention weight", 0, 0);
+    ctx.restore();
+    canvas.setAttribute("role", "img");
+    canvas.setAttribute("aria-label", "colour scale: attention weight from 0 to 1 (viridis)");
+  }
+
+  /** Show the weight under the mouse in the figure's readout line. */
+  function attachReadout(canvas, readout) {
+    canvas.addEventListener("mousemove", (event) => {
+      const map = canvas.heatmap;
+      if (!map) return;
+      const box = canvas.getBoundingClientRect();
+      const c = Math.floor((event.clientX - box.left - map.left) / map.cell);
+      const r = Math.floor((event.clientY - box.top - map.top) / map.cell);
+      const { spec } = map;
+      if (r < 0 || c < 0 || r >= spec.rows || c >= spec.cols) {
+        readout.textContent = "\u00a0";
+        return;
+      }
+      const value = spec.values[(spec.offset || 0) + r * spec.cols + c];
+      readout.textContent = `${spec.title ? spec.title + ": " : ""}${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}: ${value.toFixed(3)}`;
+    });
+    canvas.addEventListener("mouseleave", () => (readout.textContent = "\u00a0"));
+  }
+
+  // ---------------------------------------------------------------------------------------------------------
+  // The app.
+  // ---------------------------------------------------------------------------------------------------------
+  const numberFormat = new Intl.NumberFormat("en-US");
+  let uid = 0;
+
+  function formatMs(ms) {
+    return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(0)} ms`;
+  }
+
+  function formatBytes(bytes) {
+    return `${(bytes / 1e6).toFixed(1)} MB (${numberFormat.format(bytes)} bytes)`;
+  }
+
+  class TranslatorApp {
+    constructor(root) {
+      this.root = root;
+      this.compact = root.classList.contains("translator-panel");
+      this.id = `translator-${++uid}`;
+      this.result = null;
+      this.selected = 0;
+      this.build();
+      const autoload = root.dataset.autoload ? root.dataset.autoload === "true" : !this.compact;
+      loadModelInfo().then(
+        (info) => this.showInfo(info),
+        (error) => this.showLoadError(error)
+      );
+      if (autoload) this.preload();
+      else {
+        const once = () => {
+          this.preload();
+          root.removeEventListener("focusin", once);
+          root.removeEventListener("pointerdown", once);
+        };
+        root.addEventListener("focusin", once);
+        root.addEventListener("pointerdown", once);
+      }
+    }
+
+    build() {
+      const id = this.id;
+      this.input = h("textarea", {
+        id: `${id}-input`,
+        class: "tr-input",
+        rows: this.compact ? 2 : 3,
+        spellcheck: "false",
+        lang: "de",
+        placeholder: "Ein Hund rennt über eine Wiese.",
+      });
+      this.examples = h("select", { id: `${id}-examples`, class: "tr-examples", disabled: true }, [
+        h("option", { value: "", text: "loading examples…" }),
+      ]);
+      this.greedy = h("input", { type: "radio", name: `${id}-search`, value: "greedy", class: "tr-greedy" });
+      this.beam = h("input", { type: "radio", name: `${id}-search`, value: "beam", class: "tr-beam", checked: true });
+      this.beamSize = h("input", {
+        type: "number",
+        class: "tr-beam-size",
+        id: `${id}-beam-size`,
+        min: 1,
+        max: MAX_BEAM,
+        step: 1,
+        value: 4,
+      });
+      this.alpha = h("input", {
+        type: "range",
+        class: "tr-alpha",
+        id: `${id}-alpha`,
+        min: 0,
+        max: MAX_ALPHA,
+        step: 0.05,
+        value: 0.6,
+      });
+      this.alphaValue = h("output", { class: "tr-alpha-value", for: `${id}-alpha`, text: "0.60" });
+      this.button = h("button", { type: "submit", class: "tr-translate", text: "Translate" });
+      const form = h("form", { class: "tr-form", onsubmit: (e) => (e.preventDefault(), this.run()) }, [
+        h("label", { for: `${id}-input`, class: "tr-label", text: "German sentence" }),
+        this.input,
+        h("div", { class: "tr-row" }, [
+          h("label", { for: `${id}-examples`, text: "or a test sentence: " }),
+          this.examples,
+        ]),
+        h("div", { class: "tr-row tr-controls" }, [
+          h("fieldset", { class: "tr-search" }, [
+            h("legend", { text: "search" }),
+            h("label", {}, [this.greedy, " greedy"]),
+            h("label", {}, [this.beam, " beam search"]),
+            h("label", { for: `${id}-beam-size`, class: "tr-beam-label" }, ["beam size ", this.beamSize]),
+            h("label", { for: `${id}-alpha`, class: "tr-alpha-label" }, ["length penalty \u03b1 ", this.alpha]),
+            this.alphaValue,
+          ]),
+          this.button,
+        ]),
+      ]);
+      this.alpha.addEventListener("input", () => (this.alphaValue.textContent = Number(this.alpha.value).toFixed(2)));
+      for (const control of [this.greedy, this.beam]) control.addEventListener("change", () => this.syncSearch());
+      this.examples.addEventListener("change", () => {
+        if (this.examples.value === "") return;
+        this.input.value = this.examples.value;
+        this.run();
+      });
+      this.status = h("p", { class: "tr-status", role: "status", "aria-live": "polite" });
+      this.messages = h("div", { class: "tr-messages" });
+      this.resultBox = h("div", { class: "tr-result", hidden: true });
+      this.timings = h("p", { class: "tr-timings" });
+      this.card = h("details", { class: "tr-card", open: !this.compact }, [
+        h("summary", { text: "About the model" }),
+        h("div", { class: "tr-card-body", text: "loading…" }),
+      ]);
+      const parts = [form, this.status, this.messages, this.resultBox, this.timings];
+      if (this.root.dataset.card !== "off") parts.push(this.card); // data-card="off": the page shows the card elsewhere
+      this.root.replaceChildren(...parts);
+      this.root.classList.add("tr-ready");
+      this.syncSearch();
+    }
+
+    syncSearch() {
+      const beam = this.beam.checked;
+      this.beamSize.disabled = !beam;
+      this.alpha.disabled = !beam;
+    }
+
+    setStatus(text, kind) {
+      this.status.textContent = text;
+      this.status.dataset.kind = kind || "info";
+    }
+
+    showInfo(info) {
+      this.info = info;
+      this.beamSize.value = info.decoding.beam_size;
+      this.alpha.value = info.decoding.alpha;
+      this.alphaValue.textContent = Number(info.decoding.alpha).toFixed(2);
+      this.examples.replaceChildren(
+        h("option", { value: "", text: `— one of ${info.examples.length} Multi30k test sentences —` }),
+        ...info.examples.map((sentence) => h("option", { value: sentence, text: sentence }))
+      );
+      this.examples.disabled = false;
+      if (!this.input.value) this.input.placeholder = info.examples[0];
+      this.card.querySelector(".tr-card-body").replaceWith(renderCard(info));
+    }
+
+    preload() {
+      this.setStatus("loading the model and ONNX Runtime…", "busy");
+      loadRuntime().then(
+        (rt) => {
+          if (!this.result && this.status.dataset.kind === "busy") {
+            this.setStatus(`model ready (loaded in ${formatMs(rt.loadMs)})`, "ready");
+          }
+        },
+        (error) => this.showLoadError(error)
+      );
+    }
+
+    showLoadError(error) {
+      this.setStatus(
+        `The translator could not load: ${error.message}. Reload the page to try again; on a copy of the site ` +
+          "built without `make site`, the model files may be missing.",
+        "error"
+      );
+      this.root.dataset.state = "load-error";
+    }
+
+    options() {
+      if (this.greedy.checked) return { beamSize: 1, alpha: 0 };
+      const beamSize = Number(this.beamSize.value);
+      const alpha = Number(this.alpha.value);
+      if (!Number.isInteger(beamSize) || beamSize < 1 || beamSize > MAX_BEAM) {
+        throw new RangeError(`beam size must be a whole number from 1 to ${MAX_BEAM}`);
+      }
+      return { beamSize, alpha };
+    }
+
+    async run() {
+      this.messages.replaceChildren();
+      const text = this.input.value;
+      if (!text.trim()) {
+        this.setStatus("The box is empty: type a German sentence or pick one of the test sentences.", "warning");
+        this.root.dataset.state = "empty";
+        return;
+      }
+      let options;
+      try {
+        options = this.options();
+      } catch (error) {
+        this.setStatus(error.message, "warning");
+        this.root.dataset.state = "bad-options";
+        return;
+      }
+      this.button.disabled = true;
+      this.root.dataset.state = "translating";
+      this.setStatus(runtimePromise ? "translating…" : "loading the model, then translating…", "busy");
+      try {
+        const onProgress = (ids) => {
+          if (!this.info || !globalThis.CompanionTokenizer) return;
+          const partial = globalThis.CompanionTokenizer.decode(ids, this.info.tgt_tokenizer);
+          this.setStatus(`translating\u2026 ${partial}`, "busy");
+        };
+        const result = await translate(text, Object.assign({ onProgress }, options));
+        this.show(result);
+        this.root.dataset.state = "done";
+      } catch (error) {
+        if (error instanceof LoadError) this.showLoadError(error);
+        else {
+          this.setStatus(`Translation failed: ${error.message}`, "error");
+          this.root.dataset.state = "error";
+        }
+      } finally {
+        this.button.disabled = false;
+      }
+    }
+
+    message(kind, children) {
+      this.messages.append(h("p", { class: `tr-message tr-${kind}` }, children));
+    }
+
+    show(result) {
+      this.result = result;
+      this.selected = 0;
+      const search = result.beamSize === 1 ? "greedy search" : `beam search (beam ${result.beamSize}, \u03b1 ${result.alpha})`;
+      this.setStatus(`translated with ${search}`, "done");
+      if (result.truncated) {
+        this.message("truncated", [
+          `The sentence has ${numberFormat.format(result.sourceLengthBeforeTruncation)} source tokens (with <eos>), ` +
+            `more than the model's limit of ${result.maxLen}: it was cut to the first ${result.maxLen - 1} tokens ` +
+            "plus <eos>, as the Python package does (it warns).",
+        ]);
+      }
+      const nonLatin = new Set(result.nonLatinTokens.map((u) => u.index));
+      const others = result.unknownSourceTokens.filter((u) => !nonLatin.has(u.index));
+      if (result.nonLatinTokens.length) {
+        this.message("nonlatin", [
+          `${result.nonLatinTokens.length} source token(s) use letters outside the Latin alphabet ` +
+            `(${listTokens(result.nonLatinTokens)}): the model was trained on German captions only and reads ` +
+            "them as <unk>, so it cannot translate them.",
+        ]);
+      }
+      if (others.length) {
+        this.message("unknown", [
+          `${others.length} source token(s) are not in the model's German vocabulary and became <unk> ` +
+            `(${listTokens(others)}); they are marked below.`,
+        ]);
+      }
+      if (!result.endedWithEos) {
+        this.message("limit", [
+          `The output stopped at the length limit (source length + ${this.info.decoding.max_extra_len}, ` +
+            `at most ${result.maxLen} tokens) without <eos>.`,
+        ]);
+      }
+      const source = h(
+        "div",
+        { class: "tr-source-tokens", "aria-label": "source tokens" },
+        result.sourceTokens.map((token, i) => {
+          const unknown = result.sourceIds[i] === this.info.config.unk_id;
+          return h("span", {
+            class: `tr-token tr-src${unknown ? " tr-unk" : ""}`,
+            title: unknown ? `${token} is not in the vocabulary: the model reads <unk>` : `id ${result.sourceIds[i]}`,
+            "data-id": result.sourceIds[i],
+            text: token,
+          });
+        })
+      );
+      this.tokenButtons = result.attentionRowTokens.map((token, i) =>
+        h("button", {
+          type: "button",
+          class: "tr-token tr-out",
+          "aria-pressed": i === this.selected ? "true" : "false",
+          "data-index": i,
+          text: token,
+          onclick: () => this.select(i),
+          onkeydown: (event) => this.keySelect(event, i),
+        })
+      );
+      const output = h("div", { class: "tr-output-tokens", role: "group", "aria-label": "output tokens" }, this.tokenButtons);
+      this.crossToken = h("div", { class: "tr-figure tr-cross-token" });
+      this.crossHeads = this.compact ? null : h("div", { class: "tr-figure tr-cross-heads" });
+      this.encoderFigure = h("div", { class: "tr-figure tr-encoder" });
+      const children = [
+        h("div", { class: "tr-heading", text: "Source tokens (what the model reads)" }),
+        source,
+        h("div", { class: "tr-heading", text: "English" }),
+        h("p", { class: "tr-output-text", lang: "en", text: result.text || "(empty output)" }),
+        h("div", { class: "tr-heading", text: "Output tokens: pick one to see where it attends" }),
+        output,
+        this.crossToken,
+      ];
+      if (this.crossHeads) children.push(this.crossHeads);
+      children.push(this.encoderFigure);
+      this.resultBox.replaceChildren(...children);
+      this.resultBox.hidden = false;
+      this.buildEncoderControls();
+      if (this.crossHeads) this.buildCrossHeadControls();
+      this.drawCross();
+      this.drawEncoder();
+      this.showTimings(result);
+    }
+
+    keySelect(event, i) {
+      const n = this.tokenButtons.length;
+      const next = { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: n - 1 }[event.key];
+      if (next === undefined) return;
+      event.preventDefault();
+      const j = Math.max(0, Math.min(n - 1, next));
+      this.select(j);
+      this.tokenButtons[j].focus();
+    }
+
+    select(i) {
+      this.selected = i;
+      this.tokenButtons.forEach((b, j) => b.setAttribute("aria-pressed", j === i ? "true" : "false"));
+      this.drawCross();
+    }
+
+    maxFigureWidth() {
+      return Math.max(280, Math.min(this.root.clientWidth || 700, 900) - 90);
+    }
+
+    drawCross() {
+      const r = this.result;
+      const [layers, , heads, t, n] = r.attention.cross.dims;
+      const i = this.selected;
+      // rows = (layer, head), columns = source tokens: row i of every cross-attention map
+      const values = new Float32Array(layers * heads * n);
+      const labels = [];
+      for (let l = 0; l < layers; l++) {
+        for (let hd = 0; hd < heads; hd++) {
+          const from = ((l * heads + hd) * t + i) * n;
+          values.set(r.attention.cross.data.subarray(from, from + n), (l * heads + hd) * n);
+          labels.push(`layer ${l}, head ${hd}`);
+        }
+      }
+      const token = r.attentionRowTokens[i];
+      figure(this.crossToken, `Cross-attention while predicting \u201c${token}\u201d (output token ${i}): every decoder layer and head over the source`, [
+        {
+          values,
+          rows: layers * heads,
+          cols: n,
+          rowLabels: labels,
+          colLabels: r.sourceTokens,
+          xlabel: "source token (keys and values, from the encoder)",
+          ylabel: "decoder layer, head",
+          maxWidth: this.maxFigureWidth(),
+          name: "cross-token",
+        },
+      ]);
+      if (this.crossHeads) this.drawCrossHeads();
+    }
+
+    buildCrossHeadControls() {
+      const layers = this.result.attention.cross.dims[0];
+      this.crossLayer = h(
+        "select",
+        { class: "tr-cross-layer", "aria-label": "decoder layer" },
+        range(layers).map((l) => h("option", { value: l, text: `decoder layer ${l}`, selected: l === layers - 1 }))
+      );
+      this.crossLayer.addEventListener("change", () => this.drawCrossHeads());
+    }
+
+    drawCrossHeads() {
+      const r = this.result;
+      const [, , heads, t, n] = r.attention.cross.dims;
+      const l = Number(this.crossLayer.value);
+      const panels = range(heads).map((hd) => ({
+        values: r.attention.cross.data,
+        offset: (l * heads + hd) * t * n,
+        rows: t,
+        cols: n,
+        rowLabels: r.attentionRowTokens,
+        colLabels: r.sourceTokens,
+        title: `head ${hd}`,
+        xlabel: "source token",
+        ylabel: hd === 0 ? "target token being predicted" : null,
+        highlightRow: this.selected,
+        maxWidth: Math.max(200, this.maxFigureWidth() / Math.min(heads, n > 12 ? 1 : 2)),
+        name: `cross-l${l}-h${hd}`,
+      }));
+      figure(this.crossHeads, "Cross-attention of every output token, one map per head", panels, [this.crossLayer]);
+    }
+
+    buildEncoderControls() {
+      const [layers, , heads] = this.result.attention.encoder.dims;
+      this.encLayer = h(
+        "select",
+        { class: "tr-enc-layer", "aria-label": "encoder layer" },
+        range(layers).map((l) => h("option", { value: l, text: `encoder layer ${l}` }))
+      );
+      this.encHead = h("select", { class: "tr-enc-head", "aria-label": "encoder head" }, [
+        h("option", { value: "all", text: "all heads", selected: !this.compact }),
+        ...range(heads).map((hd) => h("option", { value: hd, text: `head ${hd}`, selected: this.compact && hd === 0 })),
+      ]);
+      this.encLayer.addEventListener("change", () => this.drawEncoder());
+      this.encHead.addEventListener("change", () => this.drawEncoder());
+    }
+
+    drawEncoder() {
+      const r = this.result;
+      const [, , heads, n] = r.attention.encoder.dims;
+      const l = Number(this.encLayer.value);
+      const which = this.encHead.value === "all" ? range(heads) : [Number(this.encHead.value)];
+      const panels = which.map((hd) => ({
+        values: r.attention.encoder.data,
+        offset: (l * heads + hd) * n * n,
+        rows: n,
+        cols: n,
+        rowLabels: r.sourceTokens,
+        colLabels: r.sourceTokens,
+        title: `head ${hd}`,
+        xlabel: "key token",
+        ylabel: hd === which[0] ? "query token" : null,
+        maxWidth: which.length > 1 && n <= 14 ? Math.max(200, this.maxFigureWidth() / 2) : this.maxFigureWidth(),
+        name: `encoder-l${l}-h${hd}`,
+      }));
+      figure(this.encoderFigure, "Encoder self-attention over the source", panels, [this.encLayer, this.encHead]);
+    }
+
+    showTimings(result) {
+      const t = result.timings;
+      const parts = [
+        `This sentence: ${formatMs(t.totalMs)} (encoder ${formatMs(t.encoderMs)}, ` +
+          `${t.decoderCalls} decoder call${t.decoderCalls === 1 ? "" : "s"} ${formatMs(t.searchMs)}, ` +
+          `attention maps ${formatMs(t.attentionMs)}).`,
+        `Model and runtime loaded in ${formatMs(t.modelLoadMs)}; first translation ready ` +
+          `${formatMs(t.firstTranslationMs)} after loading started.`,
+        "Measured in this browser, one WASM thread.",
+      ];
+      this.timings.replaceChildren(h("small", { text: parts.join(" ") }));
+    }
+  }
+
+  function range(n) {
+    return Array.from({ length: n }, (_, i) => i);
+  }
+
+  function listTokens(items) {
+    const shown = items.slice(0, 8).map((u) => `\u201c${u.token}\u201d`);
+    return shown.join(", ") + (items.length > 8 ? `, and ${items.length - 8} more` : "");
+  }
+
+  /** Fill a figure container: caption, controls, one canvas per panel, a shared colour bar and a readout line. */
+  function figure(container, caption, panels, controls) {
+    const readout = h("p", { class: "tr-readout", "aria-live": "off", text: "\u00a0" });
+    const canvases = panels.map((panel) => {
+      const canvas = h("canvas", { class: "tr-heatmap", "data-name": panel.name });
+      drawHeatmap(canvas, panel);
+      attachReadout(canvas, readout);
+      return canvas;
+    });
+    const tallest = Math.max(...canvases.map((c) => c.heatmap.cell * c.heatmap.spec.rows));
+    const bar = h("canvas", { class: "tr-colorbar" });
+    drawColorbar(bar, Math.min(tallest + 20, 320));
+    container.replaceChildren(
+      h("div", { class: "tr-figure-caption" }, [h("span", { text: caption }), ...(controls || [])]),
+      h("div", { class: "tr-panels" }, [...canvases, bar]),
+      readout
+    );
+  }
+
+  /** The model card from model.json: every number here comes from that file. */
+  function renderCard(info) {
+    const card = info.card;
+    const c = info.config;
+    const onnx = card.onnx_bytes || {};
+    const onnxTotal = (onnx.encoder || 0) + (onnx.decoder || 0);
+    const rows = [];
+    const row = (name, value) => rows.push(h("tr", {}, [h("th", { scope: "row", text: name }), h("td", {}, value)]));
+    row("model", `${card.name} \u2014 ${card.task}`);
+    row("data", card.data);
+    row(
+      "size",
+      `${numberFormat.format(card.parameters)} parameters (d_model ${c.d_model}, ${c.num_heads} heads, ` +
+        `${c.num_encoder_layers} encoder + ${c.num_decoder_layers} decoder layers, vocabularies of ` +
+        `${numberFormat.format(c.src_vocab_size)} German and ${numberFormat.format(c.tgt_vocab_size)} English words, ` +
+        `sources up to ${c.max_len} tokens)`
+    );
+    if (onnxTotal) {
+      row(
+        "files",
+        `ONNX, float32: encoder ${formatBytes(onnx.encoder)}, decoder ${formatBytes(onnx.decoder)}; ` +
+          `${(onnxTotal / 1e6).toFixed(1)} MB in all` +
+          (card.checkpoint_bytes ? ` (the PyTorch checkpoint: ${formatBytes(card.checkpoint_bytes)})` : "")
+      );
+    }
+    const test = card.test || {};
+    const score = (name, label) => {
+      const s = test[name];
+      if (!s) return;
+      row(
+        `test BLEU, ${label}`,
+        h("span", {}, [
+          `${s.bleu.toFixed(2)} on ${s.sentences !== undefined ? numberFormat.format(s.sentences) + " sentences of " : ""}` +
+            "Multi30k test_2016_flickr" +
+            (s.chrf !== undefined ? ` (chrF ${s.chrf.toFixed(2)})` : "") +
+            "; sacreBLEU signature ",
+          h("code", { class: "tr-signature", text: s.bleu_signature }),
+        ])
+      );
+    };
+    score("greedy", "greedy search");
+    score("beam4", `beam search (beam ${info.decoding.beam_size}, \u03b1 ${info.decoding.alpha})`);
+    if (card.training_command) row("trained with", h("code", { class: "tr-command", text: card.training_command }));
+    if (card.steps) row("training steps", numberFormat.format(card.steps));
+    if (card.packaging_command) row("packaged with", h("code", { class: "tr-command", text: card.packaging_command }));
+    if (card.history) row("history", card.history);
+    if (card.terms) row("terms", card.terms);
+    return h("table", { class: "tr-card-body tr-card-table" }, [h("tbody", {}, rows)]);
+  }
+
+  function init() {
+    const apps = Array.from(document.querySelectorAll(APP_SELECTOR)).map((root) => new TranslatorApp(root));
+    const cards = Array.from(document.querySelectorAll(CARD_SELECTOR));
+    if (cards.length) {
+      loadModelInfo().then(
+        (info) => cards.forEach((card) => card.replaceChildren(renderCard(info))),
+        (error) => cards.forEach((card) => (card.textContent = `The model card could not load: ${error.message}.`))
+      );
+    }
+    api.apps.push(...apps);
+  }
+
+  const api = {
+    translate,
+    translateIds,
+    load: () => loadRuntime().then((rt) => ({ loadMs: rt.loadMs, config: rt.config, decoding: rt.info.decoding })),
+    modelInfo: loadModelInfo,
+    /** Turn an element added after the page loaded into an app (class translator-app or translator-panel). */
+    mount: (element) => {
+      const app = new TranslatorApp(element);
+      api.apps.push(app);
+      return app;
+    },
+    // the pure pieces, for tests
+    sourceIds,
+    maxOutputLength,
+    lengthPenalty,
+    greedySearch,
+    beamSearch,
+    topCandidates,
+    viridisIndex,
+    viridis: VIRIDIS,
+    apps: [],
+  };
+  globalThis.CompanionTranslator = api;
+
+  if (document.querySelector(APP_SELECTOR + ", " + CARD_SELECTOR) || document.readyState === "loading") {
+    if (document.readyState === "loading") {
+      document.addEventListener("DOMContentLoaded", () => {
+        if (document.querySelector(APP_SELECTOR + ", " + CARD_SELECTOR)) init();
+      });
+    } else init();
+  }
+})();
