@@ -16,6 +16,7 @@ The page runs the book's shipped model with ONNX Runtime Web; these tests check 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -219,7 +220,6 @@ def latency_report(request):
         return
     LATENCY_REPORT.parent.mkdir(parents=True, exist_ok=True)
     LATENCY_REPORT.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     lines = [f"translator latency (written to {os.path.relpath(LATENCY_REPORT, ROOT)}):"]
     if "first_translation" in report:
         first = report["first_translation"]
@@ -232,11 +232,9 @@ def latency_report(request):
             f"  {name}: median {entry['median_ms']:.0f} ms, max {entry['max_ms']:.0f} ms per sentence "
             f"({entry['sentences']} sentences, {entry['median_decoder_calls']:.0f} decoder calls median)"
         )
-    for line in lines:
-        if reporter is not None:
-            reporter.write_line(line)
-        else:
-            print(line)
+    capture = request.config.pluginmanager.getplugin("capturemanager")  # print past pytest's output capture
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print("\n" + "\n".join(lines))
 
 
 def _median(values: list[float]) -> float:

@@ -580,7 +580,8 @@
     const offset = spec.offset || 0;
     const probe = canvas.getContext("2d");
     const maxWidth = spec.maxWidth || 640;
-    const cellGuess = Math.max(2, Math.min(24, Math.floor((maxWidth - 120) / cols), Math.floor(520 / rows)));
+    const maxCell = spec.maxCell || 24;
+    const cellGuess = Math.max(2, Math.min(maxCell, Math.floor((maxWidth - 120) / cols), Math.floor(520 / rows)));
     const fontSize = Math.min(11, cellGuess - 1);
     const showLabels = fontSize >= 6;
     const tickFont = `${fontSize}px ${FONT}`;
@@ -592,10 +593,19 @@
     const colLabelHeight = showLabels ? Math.max(0, ...colLabels.map((l) => probe.measureText(l).width)) : 0;
     const left = Math.ceil(rowLabelWidth) + 8 + (spec.ylabel ? 18 : 0);
     const top = spec.title ? 24 : 6;
-    const cell = Math.max(2, Math.min(24, Math.floor((maxWidth - left - 8) / cols), Math.floor(520 / rows)));
-    const width = left + cell * cols + 8;
+    // the cell size does not depend on whether this panel has a y label, so panels side by side match
+    const labelsLeft = Math.ceil(rowLabelWidth) + 8 + 18;
+    const cell = Math.max(2, Math.min(maxCell, Math.floor((maxWidth - labelsLeft - 8) / cols), Math.floor(520 / rows)));
+    // the canvas is wide enough for the title and the x label too; each is centred on the cells where it fits
+    probe.font = `13px ${FONT}`;
+    const titleWidth = spec.title ? probe.measureText(spec.title).width : 0;
+    probe.font = `12px ${FONT}`;
+    const xlabelWidth = spec.xlabel ? probe.measureText(spec.xlabel).width : 0;
+    const width = Math.ceil(Math.max(left + cell * cols + 8, titleWidth + 12, xlabelWidth + 12));
     const height = top + cell * rows + Math.ceil(colLabelHeight) + 8 + (spec.xlabel ? 20 : 0);
-    const ctx = setupCanvas(canvas, Math.max(width, spec.title ? 90 : 0), height);
+    const centre = (textWidth) =>
+      Math.min(Math.max(left + (cell * cols) / 2, textWidth / 2 + 4), width - textWidth / 2 - 4);
+    const ctx = setupCanvas(canvas, width, height);
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, width, height);
     for (let r = 0; r < rows; r++) {
@@ -634,12 +644,12 @@
     if (spec.title) {
       ctx.font = `13px ${FONT}`;
       ctx.textBaseline = "top";
-      ctx.fillText(spec.title, left + (cell * cols) / 2, 5);
+      ctx.fillText(spec.title, centre(titleWidth), 5);
     }
     ctx.font = `12px ${FONT}`;
     if (spec.xlabel) {
       ctx.textBaseline = "bottom";
-      ctx.fillText(spec.xlabel, left + (cell * cols) / 2, height - 3, Math.max(width - 4, 60));
+      ctx.fillText(spec.xlabel, centre(xlabelWidth), height - 3);
     }
     if (spec.ylabel) {
       ctx.save();
@@ -713,7 +723,8 @@
         return;
       }
       const value = spec.values[(spec.offset || 0) + r * spec.cols + c];
-      readout.textContent = `${spec.title ? spec.title + ": " : ""}${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}: ${value.toFixed(3)}`;
+      const where = `${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}`;
+      readout.textContent = `${spec.title ? spec.title + ": " : ""}${where}: ${value.toFixed(3)}`;
     });
     canvas.addEventListener("mouseleave", () => (readout.textContent = "\u00a0"));
   }
@@ -805,8 +816,12 @@
             h("label", {}, [this.greedy, " greedy"]),
             h("label", {}, [this.beam, " beam search"]),
             h("label", { for: `${id}-beam-size`, class: "tr-beam-label" }, ["beam size ", this.beamSize]),
-            h("label", { for: `${id}-alpha`, class: "tr-alpha-label" }, ["length penalty \u03b1 ", this.alpha]),
-            this.alphaValue,
+            h("label", { for: `${id}-alpha`, class: "tr-alpha-label" }, [
+              "length penalty \u03b1 ",
+              this.alpha,
+              " ",
+              this.alphaValue,
+            ]),
           ]),
           this.button,
         ]),
@@ -935,7 +950,8 @@
     show(result) {
       this.result = result;
       this.selected = 0;
-      const search = result.beamSize === 1 ? "greedy search" : `beam search (beam ${result.beamSize}, \u03b1 ${result.alpha})`;
+      const search =
+        result.beamSize === 1 ? "greedy search" : `beam search (beam ${result.beamSize}, \u03b1 ${result.alpha})`;
       this.setStatus(`translated with ${search}`, "done");
       if (result.truncated) {
         this.message("truncated", [
@@ -989,7 +1005,11 @@
           onkeydown: (event) => this.keySelect(event, i),
         })
       );
-      const output = h("div", { class: "tr-output-tokens", role: "group", "aria-label": "output tokens" }, this.tokenButtons);
+      const output = h(
+        "div",
+        { class: "tr-output-tokens", role: "group", "aria-label": "output tokens" },
+        this.tokenButtons
+      );
       this.crossToken = h("div", { class: "tr-figure tr-cross-token" });
       this.crossHeads = this.compact ? null : h("div", { class: "tr-figure tr-cross-heads" });
       this.encoderFigure = h("div", { class: "tr-figure tr-encoder" });
@@ -1029,8 +1049,15 @@
       this.drawCross();
     }
 
-    maxFigureWidth() {
-      return Math.max(280, Math.min(this.root.clientWidth || 700, 900) - 90);
+    /** The width the panels of a figure may fill: the app's width less its padding and the colour bar. */
+    panelsWidth() {
+      return Math.max(240, (this.root.clientWidth || 700) - 40 - 80);
+    }
+
+    /** Width for one of several panels: two side by side when their cells stay readable, else one per row. */
+    panelWidth(cols) {
+      const half = Math.floor(this.panelsWidth() / 2) - 8;
+      return half >= 130 + cols * 9 ? half : this.panelsWidth();
     }
 
     drawCross() {
@@ -1048,7 +1075,10 @@
         }
       }
       const token = r.attentionRowTokens[i];
-      figure(this.crossToken, `Cross-attention while predicting \u201c${token}\u201d (output token ${i}): every decoder layer and head over the source`, [
+      const caption =
+        `Cross-attention while predicting \u201c${token}\u201d (output token ${i}): ` +
+        "every decoder layer and head over the source";
+      figure(this.crossToken, caption, [
         {
           values,
           rows: layers * heads,
@@ -1057,10 +1087,10 @@
           colLabels: r.sourceTokens,
           xlabel: "source token (keys and values, from the encoder)",
           ylabel: "decoder layer, head",
-          maxWidth: this.maxFigureWidth(),
+          maxWidth: this.panelsWidth(),
           name: "cross-token",
         },
-      ]);
+      ], [], this.compact);
       if (this.crossHeads) this.drawCrossHeads();
     }
 
@@ -1089,7 +1119,7 @@
         xlabel: "source token",
         ylabel: hd === 0 ? "target token being predicted" : null,
         highlightRow: this.selected,
-        maxWidth: Math.max(200, this.maxFigureWidth() / Math.min(heads, n > 12 ? 1 : 2)),
+        maxWidth: this.panelWidth(n),
         name: `cross-l${l}-h${hd}`,
       }));
       figure(this.crossHeads, "Cross-attention of every output token, one map per head", panels, [this.crossLayer]);
@@ -1125,10 +1155,11 @@
         title: `head ${hd}`,
         xlabel: "key token",
         ylabel: hd === which[0] ? "query token" : null,
-        maxWidth: which.length > 1 && n <= 14 ? Math.max(200, this.maxFigureWidth() / 2) : this.maxFigureWidth(),
+        maxWidth: which.length > 1 ? this.panelWidth(n) : this.panelsWidth(),
         name: `encoder-l${l}-h${hd}`,
       }));
-      figure(this.encoderFigure, "Encoder self-attention over the source", panels, [this.encLayer, this.encHead]);
+      const controls = [this.encLayer, this.encHead];
+      figure(this.encoderFigure, "Encoder self-attention over the source", panels, controls, this.compact);
     }
 
     showTimings(result) {
@@ -1155,9 +1186,10 @@
   }
 
   /** Fill a figure container: caption, controls, one canvas per panel, a shared colour bar and a readout line. */
-  function figure(container, caption, panels, controls) {
+  function figure(container, caption, panels, controls, compact) {
     const readout = h("p", { class: "tr-readout", "aria-live": "off", text: "\u00a0" });
     const canvases = panels.map((panel) => {
+      if (compact) panel.maxCell = 14;
       const canvas = h("canvas", { class: "tr-heatmap", "data-name": panel.name });
       drawHeatmap(canvas, panel);
       attachReadout(canvas, readout);
@@ -1168,7 +1200,7 @@
     drawColorbar(bar, Math.min(tallest + 20, 320));
     container.replaceChildren(
       h("div", { class: "tr-figure-caption" }, [h("span", { text: caption }), ...(controls || [])]),
-      h("div", { class: "tr-panels" }, [...canvases, bar]),
+      h("div", { class: "tr-figure-body" }, [h("div", { class: "tr-panels" }, canvases), bar]),
       readout
     );
   }
@@ -1205,7 +1237,8 @@
       row(
         `test BLEU, ${label}`,
         h("span", {}, [
-          `${s.bleu.toFixed(2)} on ${s.sentences !== undefined ? numberFormat.format(s.sentences) + " sentences of " : ""}` +
+          `${s.bleu.toFixed(2)} on ` +
+            (s.sentences !== undefined ? `${numberFormat.format(s.sentences)} sentences of ` : "") +
             "Multi30k test_2016_flickr" +
             (s.chrf !== undefined ? ` (chrF ${s.chrf.toFixed(2)})` : "") +
             "; sacreBLEU signature ",
