@@ -76,9 +76,19 @@ chromium:
 		fi; \
 	fi
 
-site: install
+site: install translator
 	rm -rf _build
 	$(BOOK_BUILD)
+
+## make translator: the in-page translator's assets (book/_generated/translator): the shipped model exported to
+## ONNX, its vocabularies and tokenizer rules, and ONNX Runtime Web from npm (version pinned in web/package-lock.json).
+.PHONY: translator
+translator: install web/node_modules/.package-lock.json
+	$(BIN)/python tools/build_translator.py
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make site needs Node.js and npm for ONNX Runtime Web (e.g. apt-get install nodejs npm)"; exit 1; }
+	npm ci --prefix web --no-audit --no-fund
 
 clean:
 	rm -rf _build

@@ -39,7 +39,8 @@ __all__ = [
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Boolean ``[size, size]`` mask, True on and below the diagonal: position i may attend to j <= i."""
-    check_positive_int("size", size)
+    if not isinstance(size, torch.SymInt):  # a symbolic tensor size (graph export) is a length by construction
+        check_positive_int("size", size)
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
@@ -490,6 +491,8 @@ class _StackedProjection:
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         params = self._params()
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return self._build()
+        if torch.compiler.is_compiling():  # torch.compile / torch.export trace the stacking into the graph
             return self._build()
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
         if self._value is None or key != self._key:

@@ -1,0 +1,156 @@
+"""Export a trained Transformer to ONNX, for decoding outside Python (the book's in-page translator).
+
+:func:`export_onnx` writes two graphs that together do what :mod:`companion.decode` does with the model:
+
+``encoder.onnx``
+    ``src_ids`` int64 ``[batch, src_len]`` (token ids ending in ``<eos>``, right-padded with ``<pad>``) ->
+    ``memory`` float32 ``[batch, src_len, d_model]`` and ``encoder_attention`` float32
+    ``[encoder_layers, batch, heads, src_len, src_len]``.
+``decoder.onnx``
+    ``tgt_ids`` int64 ``[batch, tgt_len]`` (``<bos>`` and the tokens chosen so far), ``memory``, ``src_ids`` ->
+    ``logits`` float32 ``[batch, tgt_vocab]`` for the token after the last position, with ``<pad>`` and
+    ``<bos>`` at -inf exactly as the searches of :mod:`companion.decode` set them; ``log_probs`` (their
+    log-softmax, what beam search adds up); ``self_attention`` ``[decoder_layers, batch, heads, tgt_len,
+    tgt_len]`` and ``cross_attention`` ``[decoder_layers, batch, heads, tgt_len, src_len]`` for every position.
+
+The decoder graph has no key/value cache: each step feeds the whole prefix again. For a model of the book's
+size that costs little and keeps the graph's interface small; the attention weights of the final output then
+come from one more call on the whole output. Each file holds its weights (no external-data file), so a web page
+can fetch it as one asset. Exporting needs the ``onnx`` and ``onnxscript`` packages (``pip install
+attention-executed[export]``); running the graphs needs ``onnxruntime`` (or ONNX Runtime Web in a browser).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .data import BOS_ID
+from .model import Transformer, eval_mode
+
+__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "ONNX_OPSET"]
+
+ONNX_OPSET = 18
+
+
+class EncoderGraph(nn.Module):
+    """``src_ids [batch, src_len]`` -> ``(memory [batch, src_len, d_model], encoder_attention [layers, batch,
+    heads, src_len, src_len])``: :meth:`~companion.model.Transformer.encode` with every layer's weights stacked.
+
+    Skips the host-side id check of ``encode`` (a data-dependent ``.item()`` that graph capture cannot follow):
+    callers of the exported graph must pass ids inside the source vocabulary.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        memory, _, maps = self.model._encode(src_ids, need_weights=True)
+        return memory, torch.stack(maps)
+
+
+class DecoderGraph(nn.Module):
+    """One decoding step on the whole prefix ``tgt_ids [batch, tgt_len]``.
+
+    Returns ``(logits [batch, tgt_vocab], log_probs [batch, tgt_vocab], self_attention [layers, batch, heads,
+    tgt_len, tgt_len], cross_attention [layers, batch, heads, tgt_len, src_len])``; ``logits`` are the last
+    position's, with ``<pad>`` and ``<bos>`` set to -inf (they are never generated).
+    """
+
+    def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
+        super().__init__()
+        self.model = model
+        self.bos_id = bos_id
+        never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
+        never[[model.config.pad_id, bos_id]] = True
+        self.register_buffer("never_generated", never, persistent=False)
+
+    def forward(
+        self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        src_mask = (src_ids != self.model.config.pad_id)[:, None, None, :]
+        all_logits, maps = self.model._decode(tgt_ids, memory, src_mask, need_weights=True)
+        logits = all_logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
+        self_attention = torch.stack([weights for weights, _ in maps])
+        cross_attention = torch.stack([weights for _, weights in maps])
+        return logits, F.log_softmax(logits, dim=-1), self_attention, cross_attention
+
+
+def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int = BOS_ID) -> dict[str, Path]:
+    """Write ``encoder.onnx`` and ``decoder.onnx`` for ``model`` into ``directory`` (see the module docstring).
+
+    The graphs take any batch size and lengths up to the model's ``max_len``. Each file is written to a
+    temporary name and renamed when complete, so an interrupted export leaves no half-written graph.
+
+    Returns:
+        the paths written, ``{"encoder": ..., "decoder": ...}``.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
+    if not 0 <= bos_id < model.config.tgt_vocab_size:
+        raise ValueError(f"bos_id must be a target token id in [0, {model.config.tgt_vocab_size}), got {bos_id}")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]], device=device)  # any in-vocabulary ids, one padded row
+    tgt = torch.tensor([[bos_id, 5, 6], [bos_id, 7, 0]], device=device)
+    batch, src_len, tgt_len = torch.export.Dim("batch"), torch.export.Dim("src_len"), torch.export.Dim("tgt_len")
+    with eval_mode(model), torch.no_grad():
+        memory, _ = EncoderGraph(model)(src)
+        paths = {
+            "encoder": _export(
+                EncoderGraph(model),
+                (src,),
+                out / "encoder.onnx",
+                ["src_ids"],
+                ["memory", "encoder_attention"],
+                {"src_ids": {0: batch, 1: src_len}},
+            ),
+            "decoder": _export(
+                DecoderGraph(model, bos_id),
+                (tgt, memory, src),
+                out / "decoder.onnx",
+                ["tgt_ids", "memory", "src_ids"],
+                ["logits", "log_probs", "self_attention", "cross_attention"],
+                {
+                    "tgt_ids": {0: batch, 1: tgt_len},
+                    "memory": {0: batch, 1: src_len},
+                    "src_ids": {0: batch, 1: src_len},
+                },
+            ),
+        }
+    return paths
+
+
+def _export(
+    graph: nn.Module, args: tuple, path: Path, input_names: list[str], output_names: list[str], dynamic_shapes: dict
+) -> Path:
+    """Export one graph with ``torch.onnx.export(dynamo=True)`` into a single self-contained file at ``path``."""
+    try:
+        import onnx  # noqa: F401  (the exporter needs it; fail here with a clear message)
+        import onnxscript  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "exporting to ONNX needs the onnx and onnxscript packages: pip install 'attention-executed[export]'"
+        ) from error
+    partial = path.with_name(path.name + ".partial")
+    program = torch.onnx.export(
+        graph,
+        args,
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_shapes=dynamic_shapes,
+        opset_version=ONNX_OPSET,
+        dynamo=True,
+        verbose=False,
+    )
+    assert program is not None
+    program.optimize()
+    program.save(str(partial), external_data=False)
+    partial.replace(path)
+    return path
