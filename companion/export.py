@@ -23,16 +23,20 @@ attention-executed[export]``); running the graphs needs ``onnxruntime`` (or ONNX
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .data import BOS_ID
+from .data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
+from .decode import max_output_lengths
 from .model import Transformer, eval_mode
 
-__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "ONNX_OPSET"]
+__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "load_onnx", "onnx_greedy_decode", "ONNX_OPSET"]
 
 ONNX_OPSET = 18
 
@@ -154,3 +158,63 @@ def _export(
     program.save(str(partial), external_data=False)
     partial.replace(path)
     return path
+
+
+def load_onnx(directory: str | os.PathLike, *, threads: int = 1) -> dict[str, Any]:
+    """ONNX Runtime sessions ``{"encoder": ..., "decoder": ...}`` for the graphs :func:`export_onnx` wrote.
+
+    ``threads`` is ONNX Runtime's intra-op thread count (1: deterministic and light on a shared machine).
+    """
+    try:
+        import onnxruntime
+    except ImportError as error:
+        raise ImportError("running the exported graphs needs onnxruntime: pip install onnxruntime") from error
+    folder = Path(directory)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    sessions = {}
+    for name in ("encoder", "decoder"):
+        path = folder / f"{name}.onnx"
+        if not path.is_file():
+            raise FileNotFoundError(f"directory must hold {name}.onnx (written by export_onnx), got {folder}")
+        sessions[name] = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return sessions
+
+
+def onnx_greedy_decode(
+    sessions: dict[str, Any],
+    sources: Sequence[Sequence[int]],
+    *,
+    max_len: int,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[int]]:
+    """Greedy search over the exported graphs for a batch of sources (id lists ending in ``<eos>``).
+
+    The same rules as :func:`companion.decode.greedy_decode` (length limit ``source length + max_extra_len``,
+    capped at the model's ``max_len``; output ids without ``<bos>``/``<eos>``), with the whole prefix fed to the
+    decoder graph at every step. ``sessions`` come from :func:`load_onnx`.
+    """
+    if not sources:
+        return []
+    src_tensor = pad_sequences([list(ids) for ids in sources], PAD_ID)
+    src = src_tensor.numpy()
+    limits = max_output_lengths(src_tensor, PAD_ID, max_extra_len, max_len)
+    memory = sessions["encoder"].run(["memory"], {"src_ids": src})[0]
+    tgt = np.full((len(sources), 1), bos_id, dtype=np.int64)
+    outputs: list[list[int]] = [[] for _ in sources]
+    running = set(range(len(sources)))
+    while running:
+        logits = sessions["decoder"].run(["logits"], {"tgt_ids": tgt, "memory": memory, "src_ids": src})[0]
+        tokens = logits.argmax(axis=-1)  # first index among equal maxima, like torch.argmax
+        for row in sorted(running):
+            token = int(tokens[row])
+            if token == eos_id:
+                running.discard(row)
+                continue
+            outputs[row].append(token)
+            if len(outputs[row]) >= limits[row]:
+                running.discard(row)
+        tgt = np.concatenate([tgt, tokens[:, None].astype(np.int64)], axis=1)
+    return outputs

@@ -15,9 +15,9 @@ import torch
 
 from companion import load_pretrained
 from companion.data import BOS_ID, EOS_ID, load_multi30k, pad_sequences
-from companion.decode import max_output_lengths, translate_ids
+from companion.decode import translate_ids
 from companion.errors import DataUnavailableError, PretrainedUnavailableError
-from companion.export import export_onnx
+from companion.export import export_onnx, load_onnx, onnx_greedy_decode
 
 ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.slow
@@ -65,30 +65,6 @@ def run_encoder(sessions, src: np.ndarray):
 
 def run_decoder(sessions, tgt: np.ndarray, memory: np.ndarray, src: np.ndarray):
     return sessions["decoder"].run(None, {"tgt_ids": tgt, "memory": memory, "src_ids": src})
-
-
-def onnx_greedy(sessions, sources: list[list[int]], model_max_len: int) -> list[list[int]]:
-    """Greedy search over the exported graphs (whole prefix each step), batched; ids without <bos>/<eos>."""
-    src_tensor = pad_sequences(sources, 0)
-    src = src_tensor.numpy()
-    limits = max_output_lengths(src_tensor, 0, 50, model_max_len)
-    memory, _ = run_encoder(sessions, src)
-    tgt = np.full((len(sources), 1), BOS_ID, dtype=np.int64)
-    outputs: list[list[int]] = [[] for _ in sources]
-    done = [False] * len(sources)
-    while not all(done):
-        logits = run_decoder(sessions, tgt, memory, src)[0]
-        tokens = logits.argmax(axis=-1)
-        for row, token in enumerate(tokens.tolist()):
-            if done[row]:
-                continue
-            if token == EOS_ID:
-                done[row] = True
-                continue
-            outputs[row].append(token)
-            done[row] = len(outputs[row]) >= limits[row]
-        tgt = np.concatenate([tgt, tokens[:, None].astype(np.int64)], axis=1)
-    return outputs
 
 
 def test_graphs_are_self_contained(exported, sessions, pretrained):
@@ -150,7 +126,9 @@ def test_greedy_ids_identical_on_the_whole_test_set(sessions, pretrained, test_s
     by_index: dict[int, list[int]] = {}
     for start in range(0, len(order), 100):
         chunk = order[start : start + 100]
-        for i, ids in zip(chunk, onnx_greedy(sessions, [test_sources[i] for i in chunk], model.config.max_len)):
+        for i, ids in zip(
+            chunk, onnx_greedy_decode(sessions, [test_sources[i] for i in chunk], max_len=model.config.max_len)
+        ):
             by_index[i] = ids
     got = [by_index[i] for i in range(len(test_sources))]
     differing = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
@@ -166,3 +144,8 @@ def test_export_rejects_a_bos_id_outside_the_vocabulary(pretrained, tmp_path: pa
     with pytest.raises(ValueError, match="bos_id must be a target token id"):
         export_onnx(pretrained.model, tmp_path, bos_id=10**6)
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_load_onnx_names_the_missing_graph(tmp_path):
+    with pytest.raises(FileNotFoundError, match="directory must hold encoder.onnx"):
+        load_onnx(tmp_path)
