@@ -525,13 +525,19 @@ def _joined(value: str | Sequence[str]) -> str:
     return value if isinstance(value, str) else "".join(value)
 
 
+def _flag(name: str, on: bool) -> str:
+    """A boolean attribute written ``name="name"``: sanitizers (JupyterLab's, for an untrusted notebook) drop
+    attributes without a value, and a ``hidden`` that went missing would show every state at once."""
+    return f' {name}="{name}"' if on else ""
+
+
 def _control_html(control: SiteControl, uid: str, position: int) -> str:
     label = html.escape(control.label)
     common = f'class="explorable-control" data-explorable-kind="{control.kind}" data-name="{_attr(control.name)}"'
     if control.kind == "range":
         last = len(control.values) - 1
         shown = html.escape(control.labels[control.initial])
-        disabled = " disabled" if last == 0 else ""
+        disabled = _flag("disabled", last == 0)
         return (
             f'<div {common}><label><span class="explorable-label">{label}</span> '
             f'<input type="range" min="0" max="{last}" step="1" value="{control.initial}" autocomplete="off"'
@@ -540,7 +546,7 @@ def _control_html(control: SiteControl, uid: str, position: int) -> str:
         )
     if control.kind == "select":
         options = "".join(
-            f'<option value="{i}"{" selected" if i == control.initial else ""}>{html.escape(text)}</option>'
+            f'<option value="{i}"{_flag("selected", i == control.initial)}>{html.escape(text)}</option>'
             for i, text in enumerate(control.labels)
         )
         return (
@@ -551,7 +557,7 @@ def _control_html(control: SiteControl, uid: str, position: int) -> str:
         group = f"explorable-{uid}-{position}"
         buttons = "".join(
             f'<label class="explorable-option"><input type="radio" name="{group}" value="{i}" autocomplete="off"'
-            f"{' checked' if i == control.initial else ''}> <span>{html.escape(text)}</span></label>"
+            f"{_flag('checked', i == control.initial)}> <span>{html.escape(text)}</span></label>"
             for i, text in enumerate(control.labels)
         )
         return (
@@ -560,8 +566,8 @@ def _control_html(control: SiteControl, uid: str, position: int) -> str:
         )
     # checkbox: values are a sorted subset of (False, True)
     index = {value: i for i, value in enumerate(control.values)}
-    checked = " checked" if control.values[control.initial] else ""
-    disabled = " disabled" if len(control.values) == 1 else ""
+    checked = _flag("checked", bool(control.values[control.initial]))
+    disabled = _flag("disabled", len(control.values) == 1)
     return (
         f'<div {common}><label><input type="checkbox" autocomplete="off"{checked}{disabled}'
         f' data-checked-index="{index.get(True, -1)}" data-unchecked-index="{index.get(False, -1)}"> '
@@ -570,20 +576,22 @@ def _control_html(control: SiteControl, uid: str, position: int) -> str:
 
 
 def _note(controls: Sequence[SiteControl]) -> str:
+    """The caption saying which controls offer fewer values on the website than live, e.g. "On the website
+    “length” steps through 5 precomputed values and “example” through 4; ..."."""
     coarse = [c for c in controls if c.kind != "fixed" and c.coarser]
     if not coarse:
         return ""
-    parts = [
-        f"\u201c{html.escape(c.label)}\u201d "
-        + ("steps through" if c.kind == "range" else "offers")
-        + f" {len(c.values)} precomputed value{'s' if len(c.values) != 1 else ''}"
-        + (f" of {c.live_count}" if c.live_count is not None and c.kind != "range" else "")
-        for c in coarse
-    ]
-    return (
-        '<p class="explorable-note">On the website ' + "; ".join(parts) + " (in Jupyter or Colab the control takes "
-        "every value and the function runs live).</p>"
-    )
+    parts = []
+    for number, control in enumerate(coarse):
+        label = f"\u201c{html.escape(control.label)}\u201d"
+        if control.kind == "range":
+            verb = "steps through" if number == 0 else "through"
+            noun = f" precomputed value{'s' if len(control.values) != 1 else ''}" if number == 0 else ""
+            parts.append(f"{label} {verb} {len(control.values)}{noun}")
+        else:
+            parts.append(f"{label} offers {len(control.values)} of its {control.live_count} options")
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f'<p class="explorable-note">On the website {listed}; in Jupyter or Colab every value is computed live.</p>'
 
 
 def explorable_html(
@@ -621,7 +629,7 @@ def explorable_html(
     for indices, key in zip(states, keys):
         description = _describe(controls, indices, labels=True)
         alt = f"Figure for {description}" if description else "Figure"
-        hidden = "" if key == initial else " hidden"
+        hidden = _flag("hidden", key != initial)
         content = "".join(_output_html(o, alt) for o in outputs[key])
         parts.append(
             f'<div class="explorable-state" data-key="{key}" data-state="{_attr(description)}"{hidden}>{content}</div>'

@@ -275,6 +275,9 @@ def test_the_html_holds_one_state_per_grid_point_with_what_the_function_printed_
         assert state["hidden"] == (state["key"] != "1-0-1"), "only the controls' initial state is visible"
     assert plt.get_fignums() == [], "every figure is closed"
     assert "<script" not in bundle["text/html"]
+    # JupyterLab's sanitizer (an untrusted notebook) drops attributes without a value: hidden states must stay hidden
+    assert bundle["text/html"].count(' hidden="hidden"') == len(expected) - 1
+    assert " hidden>" not in bundle["text/html"] and " checked>" not in bundle["text/html"]
 
 
 def test_the_html_controls_match_the_widget(shell):
@@ -291,7 +294,25 @@ def test_the_html_controls_match_the_widget(shell):
     assert causal["kind"] == "checkbox" and "checked" in box and box["data-checked-index"] == "1"
     text = bundles[0]["text/html"]
     assert "pad side" in text and "causal mask" in text and "size" in text
-    assert "steps through 3 precomputed values" in text
+    assert "On the website \u201csize\u201d steps through 3 precomputed values; in Jupyter or Colab" in text
+
+
+def test_the_note_names_every_coarser_control():
+    controls = site_controls(
+        {
+            "a": W.IntSlider(value=0, min=0, max=99),
+            "b": W.IntSlider(value=0, min=0, max=99),
+            "c": W.Dropdown(options=["x", "y", "z"]),
+            "d": W.Checkbox(),
+        },
+        {"a": [0, 50], "b": [0, 10, 20], "c": ["x", "z"]},
+    )
+    outputs = {interactive.state_key(controls, s): [] for s in site_states(controls)}
+    text = interactive.explorable_html(controls, outputs)
+    assert (
+        "On the website \u201ca\u201d steps through 2 precomputed values, \u201cb\u201d through 3 and \u201cc\u201d "
+        "offers 2 of its 3 options; in Jupyter or Colab every value is computed live." in text
+    )
 
 
 def test_the_current_value_must_be_on_the_site(shell):
