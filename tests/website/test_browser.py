@@ -8,9 +8,9 @@ every image loads, and widgets render where a page stores them. A full-page scre
 from __future__ import annotations
 
 import pathlib
-import urllib.parse
 
 import pytest
+from _pages import open_offline_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -19,19 +19,7 @@ PAGES = ["book/intro.html"] + [f"book/{p.stem}.html" for p in sorted((ROOT / "bo
 
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page_renders_offline(page_path, browser, site_url, screenshot_dir):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors, outside = [], []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-
-    def guard(route):
-        host = urllib.parse.urlsplit(route.request.url).hostname
-        if host not in ("127.0.0.1", "localhost", None):
-            outside.append(route.request.url)
-            return route.abort()
-        return route.continue_()
-
-    page.route("**/*", guard)
+    page, errors, outside = open_offline_page(browser)
     page.goto(f"{site_url}/{page_path}", wait_until="networkidle")
     html_source = (HTML / page_path).read_text(encoding="utf-8")
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import html.parser
 import json
 import pathlib
-import urllib.parse
 
 import nbformat
 import pytest
+from _pages import open_offline_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -152,19 +152,7 @@ def _targets(control: dict) -> list[int]:
 
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_every_control_shows_the_stored_state(chapter, browser, site_url):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    errors, outside = [], []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-
-    def guard(route):
-        host = urllib.parse.urlsplit(route.request.url).hostname
-        if host not in ("127.0.0.1", "localhost", None):
-            outside.append(route.request.url)
-            return route.abort()
-        return route.continue_()
-
-    page.route("**/*", guard)
+    page, errors, outside = open_offline_page(browser)
     page.goto(f"{site_url}/book/{chapter}.html", wait_until="networkidle")
     stored = CHAPTERS[chapter]
     roots = page.locator("div.explorable")
