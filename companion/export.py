@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
-from .decode import max_output_lengths
+from .decode import max_output_lengths, record_greedy_step
 from .model import Transformer, eval_mode
 
 __all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "load_onnx", "onnx_greedy_decode", "ONNX_OPSET"]
@@ -204,17 +204,13 @@ def onnx_greedy_decode(
     memory = sessions["encoder"].run(["memory"], {"src_ids": src})[0]
     tgt = np.full((len(sources), 1), bos_id, dtype=np.int64)
     outputs: list[list[int]] = [[] for _ in sources]
-    running = set(range(len(sources)))
+    running = list(range(len(sources)))  # sentence index of each row still decoding
     while running:
         logits = sessions["decoder"].run(["logits"], {"tgt_ids": tgt, "memory": memory, "src_ids": src})[0]
         tokens = logits.argmax(axis=-1)  # first index among equal maxima, like torch.argmax
-        for row in sorted(running):
-            token = int(tokens[row])
-            if token == eos_id:
-                running.discard(row)
-                continue
-            outputs[row].append(token)
-            if len(outputs[row]) >= limits[row]:
-                running.discard(row)
+        keep = record_greedy_step(torch.from_numpy(tokens), running, outputs, limits, eos_id)
         tgt = np.concatenate([tgt, tokens[:, None].astype(np.int64)], axis=1)
+        if len(keep) < len(running):  # finished rows leave the batch, as in greedy_decode
+            tgt, memory, src = tgt[keep], memory[keep], src[keep]
+            running = [running[row] for row in keep]
     return outputs

@@ -5,12 +5,11 @@ from __future__ import annotations
 import urllib.parse
 
 
-def open_offline_page(browser):
-    """A new page that records JavaScript errors and aborts (and records) every request off localhost.
+def guard_page(page) -> tuple[list[str], list[str]]:
+    """Make ``page`` record JavaScript errors and abort (and record) every request off localhost.
 
-    Returns ``(page, errors, outside)``; the two lists fill as the page runs.
+    Returns ``(errors, outside)``; the two lists fill as the page runs.
     """
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     outside: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -24,4 +23,11 @@ def open_offline_page(browser):
         return route.continue_()
 
     page.route("**/*", guard)
+    return errors, outside
+
+
+def open_offline_page(browser):
+    """A new page guarded by :func:`guard_page`; returns ``(page, errors, outside)``."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors, outside = guard_page(page)
     return page, errors, outside

@@ -22,9 +22,9 @@ import os
 import pathlib
 import platform
 import time
-import urllib.parse
 
 import pytest
+from _pages import guard_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -129,19 +129,8 @@ class TranslatorPage:
 
     def __init__(self, context, url: str):
         self.page = context.new_page()
-        self.errors: list[str] = []
-        self.outside: list[str] = []
-        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
-        self.page.route("**/*", self._guard)
+        self.errors, self.outside = guard_page(self.page)
         self.url = url
-
-    def _guard(self, route):
-        host = urllib.parse.urlsplit(route.request.url).hostname
-        if host not in ("127.0.0.1", "localhost", None):
-            self.outside.append(route.request.url)
-            return route.abort()
-        return route.continue_()
 
     def open(self) -> TranslatorPage:
         self.page.goto(self.url, wait_until="domcontentloaded")
