@@ -9,15 +9,12 @@ The top level holds the reusable library only, in the order of the book:
   its layers;
 * data, training, checkpoints (the training chapter), decoding and evaluation (the decoding chapter).
 
-The chapters' experiment code (small RNNs, language models, probes, ...) lives in :mod:`companion.experiments`
-and is not loaded by ``import companion``. Its best-known names stay reachable from the top level
-(``companion.GRUEncoder`` and so on) for code written against earlier versions: they are imported on first use.
+The book's own tooling lives apart, in :mod:`companion.book`: the chapters' experiment code (small RNNs, language
+models, probes, ...) in :mod:`companion.book.experiments` and the website's widgets in
+:mod:`companion.book.interactive`. ``import companion`` does not load them, and nothing in the library imports them.
 """
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 from ._version import __version__
 from .attention import (
@@ -153,27 +150,3 @@ __all__ = [
     "PretrainedUnavailableError",
     "__version__",
 ]
-
-# Teaching names exported by earlier versions, now in companion.experiments: name -> module.
-_EXPERIMENT_NAMES = {
-    "AdditiveScore": "scoring",
-    "GeneralScore": "scoring",
-    "DotScore": "scoring",
-    "attend": "scoring",
-    "GRUEncoder": "rnn",
-    "EncoderDecoder": "rnn",
-    "AttentionEncoderDecoder": "rnn",
-    "CharTokenizer": "lm",
-    "LanguageModelConfig": "lm",
-    "DecoderOnlyLM": "lm",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Import the teaching names of ``_EXPERIMENT_NAMES`` from ``companion.experiments`` on first use."""
-    module = _EXPERIMENT_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'companion' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"companion.experiments.{module}"), name)
-    globals()[name] = value
-    return value

@@ -60,7 +60,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
 
     ``mask`` is an optional boolean mask broadcastable to ``scores`` (True = may attend). A row whose keys are all
     masked would be ``softmax(-inf, ..., -inf) = NaN``; it gets all-zero weights instead. Shared by
-    :func:`scaled_dot_product_attention` and the pre-Transformer scores of ``companion.experiments.scoring``.
+    :func:`scaled_dot_product_attention` and the pre-Transformer scores of ``companion.book.experiments.scoring``.
     """
     if mask is None:
         return torch.softmax(scores, dim=-1)

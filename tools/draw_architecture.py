@@ -5,7 +5,7 @@
 
 The figure is made the same way as in the chapter "The Transformer assembled": forward hooks on one batch of a
 two-layer ``companion.Transformer`` record every sub-layer's output shape
-(``companion.experiments.assembled.record_shapes``), and the boxes are drawn from those records
+(``companion.book.experiments.assembled.record_shapes``), and the boxes are drawn from those records
 (``draw_architecture``). Seeded and written without a timestamp, so the same environment gives the same bytes.
 """
 
@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # a file, no display
 import torch  # noqa: E402
 
 import companion  # noqa: E402
-from companion.experiments.assembled import draw_architecture, record_shapes, shape_symbols  # noqa: E402
+from companion.book.experiments.assembled import draw_architecture, record_shapes, shape_symbols  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "book" / "images" / "architecture.png"

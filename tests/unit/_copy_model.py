@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from companion import Transformer, TransformerConfig
 from companion.data import EOS_ID, make_batches, synthetic_pairs
 from companion.decode import greedy_decode
-from companion.experiments.training import fit
+from companion.book.experiments.training import fit
 
 COPY_VOCAB = 10  # ids 4..9 are the "words"
 COPY_MAX_LEN = 6
@@ -53,7 +53,7 @@ def exact_match(model: Transformer, pairs) -> float:
 @cache
 def copy_model() -> Transformer:
     """A one-layer pre-LN Transformer trained on the copy task with the chapters' shared loop
-    (:func:`companion.experiments.training.fit`, 400 Adam steps, a few seconds on one CPU thread); the tests
+    (:func:`companion.book.experiments.training.fit`, 400 Adam steps, a few seconds on one CPU thread); the tests
     check that it copies held-out inputs exactly."""
     torch.manual_seed(0)
     config = TransformerConfig(

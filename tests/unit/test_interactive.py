@@ -1,4 +1,4 @@
-"""companion.interactive: the website's states of each control, the captured outputs, the HTML and the errors."""
+"""companion.book.interactive: the website's states of each control, the captured outputs, the HTML and the errors."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
-from companion import interactive  # noqa: E402
-from companion.interactive import interact, site_controls, site_states  # noqa: E402
+from companion.book import interactive  # noqa: E402
+from companion.book.interactive import interact, site_controls, site_states  # noqa: E402
 
 W = ipywidgets
 

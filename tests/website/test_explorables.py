@@ -1,6 +1,6 @@
 """The chapters' widgets respond on the website: every control of every explorable, moved through every value.
 
-An explorable is the website's half of `companion.interactive.interact`: plain HTML controls and one precomputed
+An explorable is the website's half of `companion.book.interactive.interact`: plain HTML controls and one precomputed
 output per state, stored in the chapter's .ipynb when it ran; `book/_vendor/explorable/explorable.js` shows the
 state the controls select. For every chapter page, this test reads the explorables stored in the chapter's .ipynb
 (parsed here in Python), opens the built page in headless Chromium, moves each control through each of its values
@@ -100,7 +100,7 @@ CHAPTERS = {
 
 
 def test_the_chapters_store_explorables():
-    assert CHAPTERS, "no chapter .ipynb stores an explorable (companion.interactive.interact)"
+    assert CHAPTERS, "no chapter .ipynb stores an explorable (companion.book.interactive.interact)"
     for name, explorables in CHAPTERS.items():
         for explorable in explorables:
             keys = explorable["states"]

@@ -1,4 +1,4 @@
-// Explorables: the website's version of the chapters' widgets (companion/interactive.py writes their HTML).
+// Explorables: the website's version of the chapters' widgets (companion/book/interactive.py writes their HTML).
 //
 // Each <div class="explorable"> holds plain HTML controls (one per widget control, marked data-explorable-kind:
 // "range", "select", "radio" or "checkbox") and one <div class="explorable-state" data-key="..."> per state, all

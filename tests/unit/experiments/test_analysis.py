@@ -1,4 +1,4 @@
-"""companion.experiments.analysis: head removal is exact and reversible, entropy and shares are right, the ablation and
+"""companion.book.experiments.analysis: head removal is exact and reversible, entropy and shares are right, the ablation and
 pruning measurements add up, and bad input is refused with a clear message."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from companion import MultiHeadAttention, scaled_dot_product_attention
-from companion.experiments.analysis import (
+from companion.book.experiments.analysis import (
     all_heads,
     attention_entropy,
     attention_modules,

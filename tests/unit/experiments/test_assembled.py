@@ -1,4 +1,4 @@
-"""Tests of companion.experiments.assembled (the chapter "The Transformer assembled") and
+"""Tests of companion.book.experiments.assembled (the chapter "The Transformer assembled") and
 tools/draw_architecture.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 import companion
 from companion.data import make_batches, synthetic_pairs
-from companion.experiments import assembled as exp
+from companion.book.experiments import assembled as exp
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1,4 +1,4 @@
-"""Tests for companion.experiments.decoding: the traced beam search equals the core one, the cache is exact and
+"""Tests for companion.book.experiments.decoding: the traced beam search equals the core one, the cache is exact and
 its memory formula is right, sampling behaves, and bad input is refused with clear errors."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 import companion
 from companion import Transformer, TransformerConfig
 from companion.data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
-from companion.experiments import decoding as D
+from companion.book.experiments import decoding as D
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

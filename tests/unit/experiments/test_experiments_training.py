@@ -1,4 +1,4 @@
-"""companion.experiments.training: the one training loop of the chapters' small models and its schedule."""
+"""companion.book.experiments.training: the one training loop of the chapters' small models and its schedule."""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from companion.experiments.training import fit, warmup_cosine, warmup_cosine_schedule
+from companion.book.experiments.training import fit, warmup_cosine, warmup_cosine_schedule
 
 
 def regression_data(seed: int = 0, rows: int = 64):

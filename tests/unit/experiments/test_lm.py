@@ -1,4 +1,4 @@
-"""Tests of the decoder-only language model of chapter 3 (companion.experiments.lm)."""
+"""Tests of the decoder-only language model of chapter 3 (companion.book.experiments.lm)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from companion.experiments.lm import (
+from companion.book.experiments.lm import (
     CharTokenizer,
     DecoderOnlyLM,
     LanguageModelConfig,

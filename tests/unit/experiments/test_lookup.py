@@ -1,11 +1,11 @@
-"""Tests for companion.experiments.lookup: the noisy key-value lookup task and the models that chapter 2 compares."""
+"""Tests for companion.book.experiments.lookup: the noisy key-value lookup task and the models that chapter 2 compares."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from companion.experiments.lookup import (
+from companion.book.experiments.lookup import (
     SCORER_KINDS,
     AppendOne,
     LookupModel,
@@ -14,7 +14,7 @@ from companion.experiments.lookup import (
     make_lookup_model,
     train_lookup,
 )
-from companion.experiments.scoring import AdditiveScore, DotScore
+from companion.book.experiments.scoring import AdditiveScore, DotScore
 
 
 # ------------------------------------------------------------------------------------------- the task

@@ -1,4 +1,4 @@
-"""companion.experiments.probes: the synthetic tasks compute what they promise, the models have the stated shapes and a
+"""companion.book.experiments.probes: the synthetic tasks compute what they promise, the models have the stated shapes and a
 parameter count independent of the number of heads, training reduces the loss, and the mixing bound holds."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from companion.experiments.probes import (
+from companion.book.experiments.probes import (
     PositionalMixer,
     SequenceClassifier,
     accuracy,

@@ -1,4 +1,4 @@
-"""Tests for companion.experiments.rnn: GRU encoder-decoders with and without additive attention, synthetic
+"""Tests for companion.book.experiments.rnn: GRU encoder-decoders with and without additive attention, synthetic
 tasks, training."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from companion import data
-from companion.experiments.rnn import (
+from companion.book.experiments.rnn import (
     BOS_ID,
     EOS_ID,
     FIRST_SYMBOL_ID,

@@ -1,4 +1,4 @@
-"""Tests for companion.experiments.scoring: additive, general and dot-product scores, and the shared softmax step."""
+"""Tests for companion.book.experiments.scoring: additive, general and dot-product scores, and the shared softmax step."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from companion import scaled_dot_product_attention
-from companion.experiments.scoring import AdditiveScore, DotScore, GeneralScore, attend
+from companion.book.experiments.scoring import AdditiveScore, DotScore, GeneralScore, attend
 
 
 def _all_scorers(d: int) -> list[torch.nn.Module]:

@@ -43,7 +43,7 @@ website's states raises ``RuntimeError`` naming the state, chained to the origin
 Example (the pattern of the chapters)::
 
     import ipywidgets as widgets
-    from companion.interactive import interact
+    from companion.book.interactive import interact
 
     def show(pair=4, positions=(0, 40)):
         ...  # print, plot, plt.show()

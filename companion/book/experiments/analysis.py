@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._validation import check_tensor
-from ..attention import MultiHeadAttention
+from ..._validation import check_tensor
+from ...attention import MultiHeadAttention
 
 __all__ = [
     "HeadId",

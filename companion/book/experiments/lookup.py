@@ -12,10 +12,10 @@ with the largest dot product with ``R^T q``: :meth:`LookupTask.oracle_accuracy` 
 Bayes-optimal rule is right, the ceiling for every model.
 
 A model (:class:`LookupModel`) scores the query against every key with one of the scoring modules of
-:mod:`companion.experiments.scoring`, takes the softmax and returns the weighted average of the values; it is
+:mod:`companion.book.experiments.scoring`, takes the softmax and returns the weighted average of the values; it is
 trained to minimise the squared error between that average and ``v_t``. The loss reaches the scores only
 *through* the softmax, so a saturated softmax (vanishing Jacobian) slows learning: this is where the scaling of
-the dot product matters. The scorers without parameters (:class:`~companion.experiments.scoring.DotScore`) get a
+the dot product matters. The scorers without parameters (:class:`~companion.book.experiments.scoring.DotScore`) get a
 learned linear query projection; the others learn their own matrices, so every model has to learn to undo ``R``.
 """
 
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_last_dim, check_positive_int, check_tensor
+from ..._validation import check_last_dim, check_positive_int, check_tensor
 from .scoring import AdditiveScore, DotScore, GeneralScore, attend
 from .training import fit
 
@@ -118,7 +118,7 @@ class AppendOne(nn.Module):
 
 
 class LookupModel(nn.Module):
-    """Optional learned query projection, a scoring module, then :func:`~companion.experiments.scoring.attend`.
+    """Optional learned query projection, a scoring module, then :func:`~companion.book.experiments.scoring.attend`.
 
     Args:
         scorer: a module mapping ``query [batch, m, d_q]`` and ``keys [batch, n, d_k]`` to scores ``[batch, m, n]``.
@@ -185,7 +185,7 @@ def train_lookup(
 
     The loss is the mean squared error between the attention output and the target's value. Batches are
     drawn from a generator seeded with ``seed``, so a run is reproducible given the model's initial weights.
-    The loop is :func:`companion.experiments.training.fit` (no gradient clipping, constant learning rate); the
+    The loop is :func:`companion.book.experiments.training.fit` (no gradient clipping, constant learning rate); the
     model is left in eval mode.
 
     Args:

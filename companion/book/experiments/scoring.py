@@ -23,8 +23,8 @@ import math
 import torch
 from torch import nn
 
-from .._validation import check_last_dim, check_positive_int, check_tensor
-from ..attention import masked_softmax
+from ..._validation import check_last_dim, check_positive_int, check_tensor
+from ...attention import masked_softmax
 
 __all__ = ["AdditiveScore", "GeneralScore", "DotScore", "attend"]
 

@@ -7,7 +7,7 @@ Two small, batch-first GRU models for sequence-to-sequence tasks, built to be co
   ``c`` and also reads it at every step, but never sees the individual source positions.
 * :class:`AttentionEncoderDecoder` - the "RNNsearch" model of Bahdanau et al. (2014): before emitting target
   token ``i`` the decoder scores every encoder state ``h_j`` against its previous state ``s_{i-1}`` with the
-  additive score ``v^T tanh(W_q s_{i-1} + W_k h_j)`` (:class:`companion.experiments.scoring.AdditiveScore`),
+  additive score ``v^T tanh(W_q s_{i-1} + W_k h_j)`` (:class:`companion.book.experiments.scoring.AdditiveScore`),
   takes the softmax-weighted average ``c_i`` of the encoder states, and reads ``c_i`` instead of a single ``c``.
 
 Both share :class:`GRUEncoder` (optionally bidirectional, padding-aware), teacher-forced ``forward`` for
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_positive_int, check_token_ids
-from ..data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
+from ..._validation import check_positive_int, check_token_ids
+from ...data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
 from .scoring import AdditiveScore, attend
 from .training import fit
 
@@ -372,7 +372,7 @@ def train_seq2seq(
     lengths in ``[max(min_len, L - spread), L]``, so batches mix lengths (exercising padding) without always
     paying for the longest sequence. The loss is the mean cross-entropy over real target tokens (``PAD_ID`` ignored).
     Deterministic: the same ``seed`` and initial weights give the same losses (on one machine and thread count).
-    The loop is :func:`companion.experiments.training.fit` (Adam, gradient norm clipped to ``clip_norm``, constant
+    The loop is :func:`companion.book.experiments.training.fit` (Adam, gradient norm clipped to ``clip_norm``, constant
     learning rate); the model is left in eval mode.
 
     Args:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .._validation import check_positive_int, check_token_ids
-from ..data import BOS_ID, EOS_ID, pad_sequences
-from ..decode import length_penalty, max_output_lengths, record_greedy_step, score_hypotheses
-from ..model import Transformer, eval_mode
+from ..._validation import check_positive_int, check_token_ids
+from ...data import BOS_ID, EOS_ID, pad_sequences
+from ...decode import length_penalty, max_output_lengths, record_greedy_step, score_hypotheses
+from ...model import Transformer, eval_mode
 
 __all__ = [
     "Finished",

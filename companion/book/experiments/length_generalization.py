@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validation import check_positive_int
-from ..data import BOS_ID, EOS_ID, SPECIAL_TOKENS, synthetic_pairs
-from ..decode import greedy_decode
-from ..model import Transformer, eval_mode
+from ..._validation import check_positive_int
+from ...data import BOS_ID, EOS_ID, SPECIAL_TOKENS, synthetic_pairs
+from ...decode import greedy_decode
+from ...model import Transformer, eval_mode
 
 __all__ = ["LengthResult", "length_report", "position_accuracy"]
 

@@ -3,8 +3,8 @@
 Every experiment of chapters 1-5 trains a small model the same way: draw a batch, compute a loss, take one
 optimizer step (optionally clipping the gradient norm and following a learning-rate schedule) and record the
 loss. :func:`fit` is that loop; an experiment only says how it draws a batch and how it computes the loss
-(:func:`companion.experiments.lm.train_language_model`, :func:`companion.experiments.probes.fit`,
-:func:`companion.experiments.rnn.train_seq2seq` and :func:`companion.experiments.lookup.train_lookup` are thin
+(:func:`companion.book.experiments.lm.train_language_model`, :func:`companion.book.experiments.probes.fit`,
+:func:`companion.book.experiments.rnn.train_seq2seq` and :func:`companion.book.experiments.lookup.train_lookup` are thin
 wrappers around it). The full encoder-decoder of the later chapters trains with
 :class:`companion.train.Trainer` instead, which adds token-based batching, checkpoints and resumption.
 
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._validation import check_positive_int
+from ..._validation import check_positive_int
 
 __all__ = ["OPTIMIZERS", "fit", "warmup_cosine", "warmup_cosine_schedule"]
 

@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import companion
 from companion import FeedForward, Transformer, TransformerConfig
 from companion.data import Batch
-from companion.experiments.training import fit
+from companion.book.experiments.training import fit
 from companion.train import label_smoothed_loss
 
 __all__ = [
@@ -565,7 +565,7 @@ def train_small(
     steps with the paper's betas 0.9/0.98 and eps 1e-9, no label smoothing, cycling through ``batches``;
     ``lr(step)`` gives the learning rate of step 1, 2, ... (e.g. :func:`warmup_schedule`).
 
-    The loop is the book's shared one, :func:`companion.experiments.training.fit`. A loss that becomes NaN or
+    The loop is the book's shared one, :func:`companion.book.experiments.training.fit`. A loss that becomes NaN or
     infinite is recorded as ``inf`` and training stops there (the model diverged).
     """
     _check_positive_int("steps", steps)

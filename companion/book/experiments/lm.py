@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_positive_int, check_token_ids
-from ..attention import causal_mask, padding_mask
-from ..data import PAD_ID, SPECIAL_TOKENS, Tokenizer
-from ..model import Encoder, TransformerConfig, eval_mode
-from ..positional import LearnedPositionalEncoding, PositionalEncoding
+from ..._validation import check_positive_int, check_token_ids
+from ...attention import causal_mask, padding_mask
+from ...data import PAD_ID, SPECIAL_TOKENS, Tokenizer
+from ...model import Encoder, TransformerConfig, eval_mode
+from ...positional import LearnedPositionalEncoding, PositionalEncoding
 from .training import fit, warmup_cosine_schedule
 
 __all__ = [
@@ -345,8 +345,8 @@ def train_language_model(
     Returns:
         the mean cross-entropy (nats per token) of each step's batch, ``steps`` floats.
 
-    The loop is :func:`companion.experiments.training.fit` (Adam with betas 0.9 and 0.98, gradient norm clipped to
-    1, :func:`~companion.experiments.training.warmup_cosine_schedule`); the model is left in eval mode.
+    The loop is :func:`companion.book.experiments.training.fit` (Adam with betas 0.9 and 0.98, gradient norm clipped to
+    1, :func:`~companion.book.experiments.training.warmup_cosine_schedule`); the model is left in eval mode.
     """
     if not isinstance(model, DecoderOnlyLM):
         raise TypeError(f"model must be a DecoderOnlyLM, got {type(model).__name__}")

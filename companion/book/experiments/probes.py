@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
-from ..attention import MultiHeadAttention
-from ..model import Encoder, TransformerConfig
-from ..positional import LearnedPositionalEncoding
+from ..._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
+from ...attention import MultiHeadAttention
+from ...model import Encoder, TransformerConfig
+from ...positional import LearnedPositionalEncoding
 from . import training
 from .training import warmup_cosine_schedule
 
@@ -248,8 +248,8 @@ def fit(
 
     Each step draws ``batch_size`` random rows (seeded by ``seed``), takes one Adam step (betas 0.9, 0.98)
     with the gradient norm clipped to 1, and the learning rate rises linearly to ``lr`` over ``warmup`` steps,
-    then follows a cosine down to ``lr / 10`` (:func:`companion.experiments.training.fit` with
-    :func:`~companion.experiments.training.warmup_cosine_schedule`). The model is left in eval mode.
+    then follows a cosine down to ``lr / 10`` (:func:`companion.book.experiments.training.fit` with
+    :func:`~companion.book.experiments.training.warmup_cosine_schedule`). The model is left in eval mode.
     """
     check_tensor("inputs", inputs)
     check_tensor("targets", targets)
