@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from companion import Transformer, TransformerConfig
+from companion.book.experiments.training import fit
 from companion.data import EOS_ID, make_batches, synthetic_pairs
 from companion.decode import greedy_decode
-from companion.book.experiments.training import fit
 
 COPY_VOCAB = 10  # ids 4..9 are the "words"
 COPY_MAX_LEN = 6

@@ -1,4 +1,5 @@
-"""companion.book.experiments.analysis: head removal is exact and reversible, entropy and shares are right, the ablation and
+"""companion.book.experiments.analysis: head removal is exact and reversible, entropy and shares are right, the
+ablation and
 pruning measurements add up, and bad input is refused with a clear message."""
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import companion
-from companion.data import make_batches, synthetic_pairs
 from companion.book.experiments import assembled as exp
+from companion.data import make_batches, synthetic_pairs
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -8,8 +8,8 @@ import torch
 
 import companion
 from companion import Transformer, TransformerConfig
-from companion.data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from companion.book.experiments import decoding as D
+from companion.data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from companion import Transformer, TransformerConfig
 from companion.attention import padding_mask
-from companion.data import EOS_ID, synthetic_pairs
 from companion.book.experiments.length_generalization import LengthResult, length_report, position_accuracy
+from companion.data import EOS_ID, synthetic_pairs
 
 VOCAB = 12
 

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from companion.book.experiments.lm import (
     CharTokenizer,
     DecoderOnlyLM,
@@ -17,6 +16,7 @@ from companion.book.experiments.lm import (
     teacher_forced_loss,
     train_language_model,
 )
+from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 VOCAB = 17
 

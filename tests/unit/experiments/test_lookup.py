@@ -1,4 +1,5 @@
-"""Tests for companion.book.experiments.lookup: the noisy key-value lookup task and the models that chapter 2 compares."""
+"""Tests for companion.book.experiments.lookup:
+the noisy key-value lookup task and the models that chapter 2 compares."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""companion.book.experiments.probes: the synthetic tasks compute what they promise, the models have the stated shapes and a
+"""companion.book.experiments.probes: the synthetic tasks compute what they promise, the models have the stated
+shapes and a
 parameter count independent of the number of heads, training reduces the loss, and the mixing bound holds."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Tests for companion.book.experiments.scoring: additive, general and dot-product scores, and the shared softmax step."""
+"""Tests for companion.book.experiments.scoring:
+additive, general and dot-product scores, and the shared softmax step."""
 
 from __future__ import annotations
 
