@@ -11,7 +11,7 @@ checkpoint can carry its vocabulary. ``encode("")`` is ``[]``.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from typing import Any
 
@@ -127,15 +127,60 @@ def _check_unicode(name: str, text: str) -> str:
     return text
 
 
+def _iter_texts(name: str, texts: object) -> Iterator[str]:
+    """Like :func:`_check_texts` but lazy: the texts one at a time (checked as they come), so that a tokenizer
+    trains on a corpus streamed from disk without holding it in a list."""
+    if isinstance(texts, str):
+        raise TypeError(f"{name} must be an iterable of strings, got a single string")
+    if not isinstance(texts, Iterable):
+        raise TypeError(f"{name} must be an iterable of strings, got {type(texts).__name__}")
+
+    def checked() -> Iterator[str]:
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}[{i}] must be a str, got {type(text).__name__}")
+            yield _check_unicode(f"{name}[{i}]", text)
+
+    return checked()
+
+
+# Languages whose spaCy tokenizer needs a package of its own (spacy.blank raises ImportError without it).
+_SPACY_LANGUAGE_PACKAGES = {
+    "ja": 'SudachiPy and its dictionary: pip install "spacy[ja]" (sudachipy, sudachidict_core)',
+    "ko": 'mecab-ko, mecab-ko-dic and natto-py: pip install "spacy[ko]" (natto-py) plus the mecab-ko library',
+    "th": 'PyThaiNLP: pip install "spacy[th]" (pythainlp)',
+    "vi": "Pyvi: pip install pyvi",
+    "zh": "jieba or spacy-pkuseg (pip install jieba / spacy-pkuseg), depending on the segmenter configured",
+}
+
+
 @cache
 def _spacy_tokenizer(language: str):
-    """spaCy's rule-based tokenizer for ``language`` (``spacy.blank``: no trained model, no download)."""
-    import spacy
+    """spaCy's rule-based tokenizer for ``language`` (``spacy.blank``: no trained model, no download).
 
+    A code spaCy does not know is a ValueError naming it; a language whose tokenizer needs an extra package
+    (ja, ko, th, vi, ...) is an ImportError naming that package. (Languages without spaCy rules can use the
+    shared :class:`SubwordTokenizer`, which works for any script.)"""
+    import spacy
+    from spacy.util import get_lang_class
+
+    if not isinstance(language, str):
+        raise TypeError(f"language must be a language code (str), got {type(language).__name__}")
+    try:
+        get_lang_class(language)
+    except Exception as error:  # spaCy raises ImportError (E048) or its own errors for unknown codes
+        raise ValueError(
+            f"language {language!r} is not a language code spaCy knows (e.g. 'en', 'de', 'fr', 'ru', 'zh'); "
+            "use its ISO 639-1 code, 'xx' for spaCy's multi-language rules, or a SubwordTokenizer"
+        ) from error
     try:
         return spacy.blank(language).tokenizer
-    except Exception as error:  # spaCy raises ImportError or its own errors for unknown codes
-        raise ValueError(f"language must be a language code spaCy knows (e.g. 'en', 'de'), got {language!r}") from error
+    except ImportError as error:
+        needs = _SPACY_LANGUAGE_PACKAGES.get(language, "the package spaCy names below")
+        raise ImportError(
+            f"spaCy's tokenizer for {language!r} needs {needs} (or use a SubwordTokenizer, which needs no "
+            f"language package). spaCy says: {error}"
+        ) from error
 
 
 class WordTokenizer(Tokenizer):
@@ -186,7 +231,7 @@ class WordTokenizer(Tokenizer):
         vocabulary size, specials included, keeping the most frequent tokens. Ids are assigned by decreasing
         frequency, ties broken alphabetically, so the same texts always give the same ids.
         """
-        texts = _check_texts("texts", texts)
+        texts = _iter_texts("texts", texts)
         check_positive_int("min_freq", min_freq)
         if max_size is not None and (
             isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= len(SPECIAL_TOKENS)
@@ -277,7 +322,7 @@ class WordTokenizer(Tokenizer):
         return f"WordTokenizer(language={self.language!r}, vocab_size={self.vocab_size})"
 
 
-def _count_tokens_and_glue(tokenizer, texts: list[str]) -> tuple[Counter, Counter, Counter]:
+def _count_tokens_and_glue(tokenizer, texts: Iterable[str]) -> tuple[Counter, Counter, Counter]:
     """Token counts, and for neighbouring tokens ``(a, b)`` how often they occur and how often they touch
     (no space between them), from the offsets spaCy records."""
     counts: Counter[str] = Counter()
@@ -344,7 +389,7 @@ class SubwordTokenizer(Tokenizer):
         from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
         from tokenizers import Tokenizer as HFTokenizer
 
-        texts = _check_texts("texts", texts)
+        texts = _iter_texts("texts", texts)
         check_positive_int("vocab_size", vocab_size)
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size must be larger than {len(SPECIAL_TOKENS)}, got {vocab_size}")
