@@ -21,6 +21,7 @@ from torch import nn
 
 from ._validation import (
     check_last_dim,
+    check_number,
     check_positive_int,
     check_tensor,
     check_token_ids,
@@ -119,6 +120,7 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        check_number("layer_norm_eps", self.layer_norm_eps, low=0, low_inclusive=False)  # nan or <= 0: NaN logits
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -383,3 +383,9 @@ def test_runs_on_device(tiny_model, tokens, device, autocast_dtype):
     cache = model.new_cache()
     step = model.decode(tgt[:, :1], memory, src_mask, cache=cache)
     assert step.device.type == device and torch.isfinite(step.float()).all()
+
+
+@pytest.mark.parametrize("eps", [math.nan, math.inf, -1e-5, 0.0, "small", True])
+def test_layer_norm_eps_must_be_a_positive_finite_number(eps):
+    with pytest.raises((ValueError, TypeError), match="layer_norm_eps"):
+        TransformerConfig(10, 10, d_model=8, num_heads=2, layer_norm_eps=eps)
