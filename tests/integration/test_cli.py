@@ -450,7 +450,7 @@ def test_a_programming_error_keeps_its_traceback(tmp_path, monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise ValueError("a bug, not a user error")
 
-    monkeypatch.setattr(runs, "build_run_data", broken)
+    monkeypatch.setattr(runs.train, "build_run_data", broken)
     with pytest.raises(ValueError, match="a bug"):
         main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
     assert "error:" not in capsys.readouterr().err

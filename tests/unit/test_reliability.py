@@ -392,7 +392,7 @@ def test_the_lock_is_held_for_the_whole_run_and_released_after_a_failure(tmp_pat
         seen.append(1)
         raise TrainingDivergedError("stop here")
 
-    monkeypatch.setattr(runs, "build_run_data", build_and_try_a_second_lock)
+    monkeypatch.setattr(runs.train, "build_run_data", build_and_try_a_second_lock)
     assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
     assert seen and not (out / ".lock").exists()
 
@@ -762,7 +762,7 @@ def test_main_reports_only_the_packages_own_errors(tmp_path, monkeypatch, capsys
     def bug(*args, **kwargs):
         raise ValueError("a bug, not a user error")
 
-    monkeypatch.setattr(runs, "build_run_data", bug)
+    monkeypatch.setattr(runs.train, "build_run_data", bug)
     with pytest.raises(ValueError, match="a bug"):  # a traceback, not "error:" with exit 2
         main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
     assert "error:" not in capsys.readouterr().err

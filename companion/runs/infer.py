@@ -1,0 +1,211 @@
+"""``companion translate`` and ``companion evaluate``: their configs, the checkpoint a path names, and the runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._validation import check_choice, check_number
+from ..errors import ConfigError, RunError
+from .options import _positive, option
+
+# The largest length-penalty alpha accepted: the paper tuned alpha in [0.6, 1.0]; far above that the penalty
+# ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis.
+MAX_ALPHA = 10.0
+
+
+@dataclass
+class _InferenceOptions:
+    checkpoint: str = option(
+        dataclasses.MISSING,
+        "a checkpoint file, or a run folder (its averaged.pt if present, else its latest checkpoint)",
+        metavar="PATH",
+        required=True,
+    )
+    beam_size: int = option(4, "beam width; 1 = greedy decoding (default: {default}, as in the paper)", metavar="K")
+    alpha: float = option(0.6, "length penalty alpha of beam search (default: {default}, as in the paper)", metavar="A")
+    batch_size: int = option(64, "sentences decoded together (default: {default})", metavar="N")
+    device: str = option(
+        "auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})", metavar="DEV"
+    )
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.checkpoint, (str, os.PathLike)):
+            raise ConfigError(f"--checkpoint must be a path, got {self.checkpoint!r}")
+        _positive(self, "beam_size", "batch_size")
+        self.alpha = check_number("--alpha", self.alpha, low=0, high=MAX_ALPHA)
+        if not isinstance(self.device, str):
+            raise ConfigError(f"--device must be a string, got {self.device!r}")
+
+
+@dataclass
+class TranslateConfig(_InferenceOptions):
+    """Options of ``companion translate``: the checkpoint, the beam search, the device and the input file."""
+
+    input: str | None = option(None, "UTF-8 text file, one sentence per line (default: stdin)", metavar="FILE")
+
+
+@dataclass
+class EvaluateConfig(_InferenceOptions):
+    """Options of ``companion evaluate``: the checkpoint, the beam search, the device and the Multi30k split."""
+
+    split: str = option(
+        "test", "which split; test = test_2016_flickr (default: {default})", choices=["test", "valid", "train"]
+    )
+    data_dir: str | None = option(
+        None,
+        "Multi30k folder (default: $COMPANION_DATA_DIR, else the folder recorded by "
+        "the run if it still exists, else the Hugging Face hub)",
+        metavar="DIR",
+    )
+    limit: int | None = option(None, "score only the first N sentences", metavar="N")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("--split", self.split, ["test", "valid", "train"])
+        _positive(self, "limit", allow_none=True)
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint file, or for a run folder its ``averaged.pt`` (if present) else its latest checkpoint."""
+    from ..checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if path.is_dir():
+        if (path / "averaged.pt").is_file():
+            return path / "averaged.pt"
+        latest = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
+        if latest is None:
+            raise RunError(f"--checkpoint {path} is a folder without averaged.pt or checkpoints/step_*.pt")
+        return latest
+    if not path.exists():
+        raise RunError(f"--checkpoint {path} does not exist")
+    return path
+
+
+class InferenceModel(NamedTuple):
+    """What :func:`load_for_inference` returns (a tuple, so it also unpacks in this order)."""
+
+    model: Any
+    src_tokenizer: Any
+    tgt_tokenizer: Any
+    checkpoint: dict[str, Any]
+    device: Any
+
+
+def load_for_inference(path: str | os.PathLike, device: str = "auto") -> InferenceModel:
+    """The model (in eval mode, on ``device``), its tokenizers and the loaded checkpoint, for translating.
+
+    ``path`` is a checkpoint file or a run folder (see :func:`resolve_checkpoint`). A synthetic-task
+    checkpoint, which has no tokenizers, raises :class:`~companion.errors.CheckpointError`.
+    """
+    from ..checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+    from ..devices import resolve_device
+
+    target = resolve_device(device)
+    checkpoint = load_checkpoint(resolve_checkpoint(path))
+    src_tok, tgt_tok = tokenizers_from_checkpoint(checkpoint)
+    model = model_from_checkpoint(checkpoint, device=target)
+    return InferenceModel(model, src_tok, tgt_tok, checkpoint, target)
+
+
+def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: InferenceModel | None = None) -> list[str]:
+    """Translate ``lines`` (one sentence each) with ``config.checkpoint``: one output line per input line.
+
+    Blank lines give empty outputs in their place; newlines inside a translation become spaces. ``loaded``
+    (from :func:`load_for_inference`) saves loading the checkpoint again. (The command line loads the model
+    first, then reads ``config.input`` or stdin, and writes the result to stdout.)
+    """
+    from ..decode import translate
+
+    if loaded is None:
+        loaded = load_for_inference(config.checkpoint, config.device)
+    model, src_tok, tgt_tok, _, device = loaded
+    for number, line in enumerate(lines, start=1):
+        if not isinstance(line, str):
+            raise RunError(f"translate: line {number} must be a str, got {type(line).__name__}")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise RunError(
+                f"translate: line {number} is not valid text (character {line[error.start]!r} at "
+                f"position {error.start + 1}: undecodable input bytes?); pass UTF-8 text"
+            ) from None
+    wanted = [i for i, line in enumerate(lines) if line.strip()]
+    outputs = [""] * len(lines)
+    if wanted:
+        translations = translate(
+            model,
+            [lines[i].strip() for i in wanted],
+            src_tok,
+            tgt_tok,
+            beam_size=config.beam_size,
+            alpha=config.alpha,
+            batch_size=config.batch_size,
+            device=device,
+        )
+        for i, text in zip(wanted, translations):
+            outputs[i] = text
+    return [text.replace("\n", " ") for text in outputs]
+
+
+def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
+    """Translate a Multi30k split with ``config.checkpoint`` and score it with sacreBLEU.
+
+    The languages come from the checkpoint's run; the data from ``config.data_dir``, else
+    ``$COMPANION_DATA_DIR``, else the folder the run recorded (if it still exists), else the hub. Returns
+    ``bleu``, ``bleu_signature``, ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``, ``split``,
+    ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
+    """
+    from ..data import DATA_DIR_ENV, load_multi30k
+    from ..evaluate import evaluate_translation
+
+    model, src_tok, tgt_tok, checkpoint, target = load_for_inference(config.checkpoint, config.device)
+    run_info = checkpoint.get("run_info") or {}
+    if run_info.get("task", "multi30k") != "multi30k":
+        raise RunError(
+            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores "
+            "Multi30k translations"
+        )
+    src, tgt = run_info.get("src", "en"), run_info.get("tgt", "de")
+    data_dir = config.data_dir
+    if data_dir is None and not os.environ.get(DATA_DIR_ENV):
+        recorded = (run_info.get("args") or {}).get("data_dir")
+        data_dir = recorded if recorded and Path(recorded).is_dir() else None
+    try:
+        pairs = load_multi30k(src, tgt, data_dir)[config.split]
+    except FileNotFoundError as error:
+        raise RunError(str(error)) from None
+    if config.limit is not None:
+        pairs = pairs[: config.limit]
+    started = time.time()
+    result = evaluate_translation(
+        model,
+        pairs,
+        src_tok,
+        tgt_tok,
+        beam_size=config.beam_size,
+        alpha=config.alpha,
+        batch_size=config.batch_size,
+        device=target,
+    )
+    return {
+        "bleu": result["bleu"],
+        "bleu_signature": result["bleu_signature"],
+        "chrf": result["chrf"],
+        "chrf_signature": result["chrf_signature"],
+        "hypotheses": result["hypotheses"],
+        "direction": f"{src}->{tgt}",
+        "split": "test_2016_flickr" if config.split == "test" else config.split,
+        "sentences": len(pairs),
+        "beam_size": config.beam_size,
+        "alpha": config.alpha,
+        "checkpoint": str(resolve_checkpoint(config.checkpoint)),
+        "step": checkpoint.get("step"),
+        "decode_seconds": time.time() - started,
+    }
