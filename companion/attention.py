@@ -169,8 +169,17 @@ def _sdpa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, is_causal: bool
 ) -> torch.Tensor:
     """:func:`fast_attention` without the argument checks, for callers whose tensors are already checked
-    (the model's layers call it once per layer and decoding step)."""
+    (the model's layers call it once per layer and decoding step).
+
+    Non-finite queries: PyTorch's fused CPU kernel returns a zero row for a query holding NaN, where the
+    reference path returns NaN (and both return NaN for inf). Adding ``0 * sum(q)`` row by row gives NaN exactly
+    where a query holds NaN or inf and ``+0`` elsewhere, so both paths agree. It is two cheap tensor ops
+    (``[..., m, d_k]`` summed, ``[..., m, d_v]`` added: small next to the ``m x n`` scores), with no
+    host-device synchronisation, so it stays on in training too and works under export and compilation; the sum
+    is taken in float32 so that large finite fp16 queries cannot overflow into a false NaN.
+    """
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    out = out + (q.sum(dim=-1, keepdim=True, dtype=torch.float32) * 0.0).to(out.dtype)
     if mask is not None:
         # Fully masked rows come out of some kernels as NaN; define them as zeros, like the reference path.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

@@ -242,3 +242,21 @@ def test_leading_dimensions_broadcast_like_matmul():
     out_full, _ = scaled_dot_product_attention(q, k.expand(B, H, N, D), v.expand(B, H, N, D))
     torch.testing.assert_close(out, out_full)
     assert weights.shape == (B, H, M, N)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_and_reference_paths_agree_on_nonfinite_queries(bad, masked):
+    """The fused CPU kernel used to turn a NaN query into a zero output row; both paths now give NaN there (and
+    fully masked rows stay zero in both)."""
+    q, k, v = qkv()
+    q[0, 1, 2, 3] = bad
+    mask = random_mask(B, 1, M, N) if masked else None
+    if masked:
+        mask[1, :, 4, :] = False  # a fully masked row
+    reference, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    fused = fast_attention(q, k, v, mask=mask)
+    assert torch.equal(fused.isnan(), reference.isnan())
+    assert reference[0, 1, 2].isnan().all()
+    finite = ~reference.isnan()
+    torch.testing.assert_close(fused[finite], reference[finite])
