@@ -1,19 +1,141 @@
-"""Input checks shared by the companion modules.
+"""Argument and option checks, one family for the whole package.
 
 Every public entry point validates its arguments *before* handing them to PyTorch, so that a mistake is
 reported in the caller's terms (argument name, expected and actual shape or value) rather than as an
-obscure error from deep inside a matmul, or worse, a silent broadcast.
+obscure error from deep inside a matmul, or worse, a silent broadcast. Each value is checked once, where it
+enters (a public function, a config's ``__post_init__``, a command-line option), never on a per-step path.
+
+The API (each check returns the value it accepted, so ``self.n = check_positive_int("n", n)`` reads well):
+
+- ``check_integer(name, value, *, minimum=None, maximum=None)``: an ``int`` (``bool`` is not one) in the range;
+  ``check_positive_int(name, value)`` is ``check_integer(..., minimum=1)``.
+- ``check_number(name, value, *, low=None, high=None, low_inclusive=True, high_inclusive=True)``: a finite
+  ``int`` or ``float`` in the range, returned as ``float``; ``check_fraction(name, value)`` one in ``[0, 1)``.
+- ``check_bool(name, value)``: exactly ``True`` or ``False``; ``check_choice(name, value, choices)``: one of them.
+- ``check_tensor(name, value, *, dims=None)``, ``check_last_dim(name, value, size)``,
+  ``check_token_ids(name, tokens, vocab_size)`` (a ``[batch, seq]`` tensor; one host sync),
+  ``check_id_list(name, ids, vocab_size)`` (one sequence), ``check_bool_mask(name, mask, shape)``.
+
+``name`` is what the caller wrote: an argument (``"d_model"``), a config field, or a flag (``"--max-steps"``),
+and every message starts with it. The scalar checks take a keyword ``error``, the class they raise for a bad
+value (wrong type included), ``ValueError`` by default: a run's options pass ``error=ConfigError`` (a
+ValueError too), which the command line reports without a traceback. The tensor checks raise ``TypeError``
+for a wrong type or dtype and ``ValueError`` for a wrong shape or value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_tensor", "check_last_dim", "check_token_ids", "check_bool_mask", "check_positive_int"]
+__all__ = [
+    "check_integer",
+    "check_positive_int",
+    "check_number",
+    "check_fraction",
+    "check_bool",
+    "check_choice",
+    "check_tensor",
+    "check_last_dim",
+    "check_token_ids",
+    "check_id_list",
+    "check_bool_mask",
+]
+
+ErrorClass = type[Exception]
 
 
+# --------------------------------------------------------------------------------------------------------
+# Scalars: integers, numbers, flags, choices
+# --------------------------------------------------------------------------------------------------------
+def _integer_wanted(minimum: int | None, maximum: int | None) -> str:
+    if maximum is not None:
+        return f"an integer in [{'-inf' if minimum is None else minimum}, {maximum}]"
+    if minimum == 1:
+        return "a positive integer"
+    return "an integer" if minimum is None else f"an integer >= {minimum}"
+
+
+def check_integer(
+    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None, error: ErrorClass = ValueError
+) -> int:
+    """Check an integer (bools are not integers here), optionally in ``[minimum, maximum]``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        raise error(f"{name} must be {_integer_wanted(minimum, maximum)}, got {value!r}")
+    return value
+
+
+def check_positive_int(name: str, value: object, *, error: ErrorClass = ValueError) -> int:
+    """Check a strictly positive integer (a size, a count, a number of steps)."""
+    return check_integer(name, value, minimum=1, error=error)
+
+
+def _number_wanted(low: float | None, high: float | None, low_inclusive: bool, high_inclusive: bool) -> str:
+    if low == 0 and high is None:
+        return "a non-negative number" if low_inclusive else "a positive number"
+    if low == 0 and not low_inclusive and high_inclusive:
+        return f"a positive number no larger than {high:g}"
+    left = "(-inf" if low is None else f"{'[' if low_inclusive else '('}{low:g}"
+    right = "inf)" if high is None else f"{high:g}{']' if high_inclusive else ')'}"
+    return f"a number in {left}, {right}"
+
+
+def check_number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    error: ErrorClass = ValueError,
+) -> float:
+    """Check a finite real number (no inf or nan) in the range given by ``low``/``high``; returns it as float.
+
+    ``check_number("lr", x, low=0, low_inclusive=False)`` asks for a positive number;
+    ``check_number("dropout", p, low=0, high=1, high_inclusive=False)`` for one in ``[0, 1)``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(f"{name} must be {_number_wanted(low, high, low_inclusive, high_inclusive)}, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise error(f"{name} must be a finite number, got {value!r}")
+    too_low = low is not None and (number < low if low_inclusive else number <= low)
+    too_high = high is not None and (number > high if high_inclusive else number >= high)
+    if too_low or too_high:
+        raise error(f"{name} must be {_number_wanted(low, high, low_inclusive, high_inclusive)}, got {value!r}")
+    return number
+
+
+def check_fraction(name: str, value: object, *, error: ErrorClass = ValueError) -> float:
+    """Check a number in ``[0, 1)``: a dropout rate, a label-smoothing weight."""
+    return check_number(name, value, low=0, high=1, high_inclusive=False, error=error)
+
+
+def check_bool(name: str, value: object, *, error: ErrorClass = ValueError) -> bool:
+    """Check a True/False switch (``1`` or ``"yes"`` are refused: they are usually a mistake)."""
+    if not isinstance(value, bool):
+        raise error(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value: object, choices: Sequence[object], *, error: ErrorClass = ValueError) -> object:
+    """Check that ``value`` is one of ``choices`` (the message lists them)."""
+    if value not in choices:
+        raise error(f"{name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------
+# Tensors
+# --------------------------------------------------------------------------------------------------------
 def check_tensor(name: str, value: object, *, dims: int | Sequence[int] | None = None) -> torch.Tensor:
     """Check that ``value`` is a tensor with the given number of dimensions (an int or a set of ints)."""
     if not isinstance(value, torch.Tensor):
@@ -33,7 +155,11 @@ def check_last_dim(name: str, value: torch.Tensor, size: int, what: str = "d_mod
 
 
 def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
-    """Check a ``[batch, seq]`` tensor of integer token ids in ``[0, vocab_size)``."""
+    """Check a non-empty ``[batch, seq]`` tensor of integer token ids in ``[0, vocab_size)``.
+
+    The range check reads the ids' extremes back to the host (one ``aminmax``, one device sync): call it where
+    ids enter (a public entry point), not at every step of a loop that feeds back ids it chose itself.
+    """
     tokens = check_tensor(name, tokens, dims=2)
     if tokens.dtype not in (torch.long, torch.int32):
         raise TypeError(
@@ -50,6 +176,22 @@ def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
             f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size}) (vocab_size={vocab_size})"
         )
     return tokens
+
+
+def check_id_list(name: str, ids: object, vocab_size: int) -> list[int]:
+    """Check one sequence of token ids (a list of ints or a 1-D tensor) in ``[0, vocab_size)``; returns a list."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"{name} must be one sequence (1-D), got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TypeError(f"{name} must be a sequence of integer token ids, got {type(ids).__name__}")
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"{name} must be integers, got {i!r} of type {type(i).__name__}")
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"{name} holds {i}, outside the vocabulary [0, {vocab_size})")
+    return list(ids)
 
 
 def check_bool_mask(name: str, mask: object, target_shape: Sequence[int]) -> torch.Tensor:
@@ -74,85 +216,3 @@ def check_bool_mask(name: str, mask: object, target_shape: Sequence[int]) -> tor
             f"{target} ([..., q_len, k_len])"
         )
     return mask
-
-
-def check_positive_int(name: str, value: object) -> int:
-    """Check a strictly positive integer hyper-parameter."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-# --------------------------------------------------------------------------------------------------------
-# Option checks: raise companion.errors.ConfigError (a ValueError), which the command line reports without a
-# traceback. ``name`` should say how the user set the value (e.g. "--max-steps").
-# --------------------------------------------------------------------------------------------------------
-def check_integer(name: str, value: object, *, minimum: int | None = None) -> int:
-    """Check an integer option, optionally ``>= minimum`` (bools are not integers here)."""
-    from .errors import ConfigError
-
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        want = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ConfigError(f"{name} must be {want}, got {value!r}")
-    return value
-
-
-def check_number(
-    name: str,
-    value: object,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
-) -> float:
-    """Check a finite real number (no inf or nan) in the range given by ``low``/``high``; returns it as float.
-
-    ``check_number("--lr-factor", x, low=0, low_inclusive=False)`` asks for a positive number;
-    ``check_number("--dropout", p, low=0, high=1, high_inclusive=False)`` for one in ``[0, 1)``.
-    """
-    import math
-
-    from .errors import ConfigError
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
-    too_low = low is not None and (number < low if low_inclusive else number <= low)
-    too_high = high is not None and (number > high if high_inclusive else number >= high)
-    if too_low or too_high:
-        if low == 0 and not low_inclusive and high is None:
-            want = "a positive number"
-        elif low == 0 and not low_inclusive and high_inclusive:
-            want = f"a positive number no larger than {high:g}"
-        else:
-            left = "-inf" if low is None else f"{low:g}"
-            right = "inf" if high is None else f"{high:g}"
-            want = (
-                f"a number in {'[' if low_inclusive and low is not None else '('}{left}, "
-                f"{right}{']' if high_inclusive and high is not None else ')'}"
-            )
-        raise ConfigError(f"{name} must be {want}, got {value!r}")
-    return number
-
-
-def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
-    """Check that ``value`` is one of ``choices``."""
-    from .errors import ConfigError
-
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
-    return value
-
-
-def check_bool(name: str, value: object) -> bool:
-    """Check a True/False option."""
-    from .errors import ConfigError
-
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value

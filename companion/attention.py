@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_bool_mask, check_last_dim, check_positive_int, check_tensor
+from ._validation import check_bool_mask, check_fraction, check_last_dim, check_positive_int, check_tensor
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -134,8 +134,7 @@ def scaled_dot_product_attention(
         probabilities *before* dropout; each row sums to 1, except fully masked rows, which are all zero.
     """
     _check_qkv(q, k, v)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_fraction("dropout_p", dropout_p)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # [..., m, n]
     weights = masked_softmax(scores, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0.0 else weights
@@ -157,8 +156,7 @@ def fast_attention(
     ``mask``. Fully masked query rows return zeros, as in the reference path.
     """
     _check_qkv(q, k, v)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_fraction("dropout_p", dropout_p)
     _check_causal(is_causal, mask, q, k)
     if mask is not None:
         check_bool_mask("mask", mask, _scores_shape(q, k))
@@ -254,8 +252,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("num_heads", num_heads)
         if d_model % num_heads != 0:
             raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model} and num_heads={num_heads}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_fraction("dropout", dropout)
         self.d_model = d_model
         self.num_heads = num_heads
         self.d_head = d_model // num_heads

@@ -20,6 +20,9 @@ import torch
 from torch import nn
 
 from ._validation import (
+    check_choice,
+    check_fraction,
+    check_integer,
     check_last_dim,
     check_number,
     check_positive_int,
@@ -108,18 +111,14 @@ class TransformerConfig:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "d_ff", "max_len"):
             check_positive_int(name, getattr(self, name))
         for name in ("num_encoder_layers", "num_decoder_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+            check_integer(name, getattr(self, name), minimum=0)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model must be divisible by num_heads, got d_model={self.d_model} and num_heads={self.num_heads}"
             )
         for name in ("dropout", "attention_dropout", "ffn_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+            check_fraction(name, getattr(self, name))
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
         check_number("layer_norm_eps", self.layer_norm_eps, low=0, low_inclusive=False)  # nan or <= 0: NaN logits
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
@@ -129,10 +128,7 @@ class TransformerConfig:
                 f"{self.src_vocab_size} and {self.tgt_vocab_size}"
             )
         smallest = min(self.src_vocab_size, self.tgt_vocab_size)
-        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < smallest:
-            raise ValueError(
-                f"pad_id must be a valid token id of both vocabularies, in [0, {smallest}), got {self.pad_id!r}"
-            )
+        check_integer("pad_id (a token id of both vocabularies)", self.pad_id, minimum=0, maximum=smallest - 1)
 
     @property
     def d_head(self) -> int:

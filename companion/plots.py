@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ._validation import check_id_list, check_number, check_positive_int
 from .data import SPECIAL_TOKENS, Tokenizer
 
 __all__ = ["token_labels", "plot_attention_heads", "read_metrics", "plot_learning_curves"]
@@ -35,18 +36,8 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> lis
     """
     if not isinstance(tokenizer, Tokenizer):
         raise TypeError(f"tokenizer must be a companion Tokenizer, got {type(tokenizer).__name__}")
-    if isinstance(ids, torch.Tensor):
-        if ids.dim() != 1:
-            raise ValueError(f"ids must be one sequence (1-D), got shape {tuple(ids.shape)}")
-        ids = ids.tolist()
-    labels = []
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise TypeError(f"ids must be integers, got {i!r} of type {type(i).__name__}")
-        if not 0 <= i < tokenizer.vocab_size:
-            raise ValueError(f"ids holds {i}, outside the vocabulary [0, {tokenizer.vocab_size})")
-        labels.append(SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else tokenizer.decode([i]))
-    return labels
+    ids = check_id_list("ids", ids, tokenizer.vocab_size)
+    return [SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else tokenizer.decode([i]) for i in ids]
 
 
 def _as_heads_array(weights: object):
@@ -106,10 +97,8 @@ def plot_attention_heads(
         )
     if len(key_tokens) != k_len:
         raise ValueError(f"key_tokens must hold k_len={k_len} labels (weights {array.shape}), got {len(key_tokens)}")
-    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
-        raise ValueError(f"ncols must be a positive integer, got {ncols!r}")
-    if not (isinstance(panel_size, (int, float)) and panel_size > 0):
-        raise ValueError(f"panel_size must be a positive number of inches, got {panel_size!r}")
+    check_positive_int("ncols", ncols)
+    check_number("panel_size (inches)", panel_size, low=0, low_inclusive=False)
     ncols = min(ncols, heads)
     nrows = math.ceil(heads / ncols)
     height = panel_size * max(q_len, 1) / max(k_len, 1)

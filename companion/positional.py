@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import check_last_dim, check_positive_int, check_tensor
+from ._validation import check_fraction, check_last_dim, check_positive_int, check_tensor
 
 __all__ = ["sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEncoding"]
 
@@ -46,8 +46,7 @@ class _AddPositions(nn.Module):
         super().__init__()
         self.d_model = check_positive_int("d_model", d_model)
         self.max_len = check_positive_int("max_len", max_len)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_fraction("dropout", dropout)
         self.dropout = nn.Dropout(dropout)
 
     def table(self) -> torch.Tensor:  # pragma: no cover - overridden

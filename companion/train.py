@@ -61,15 +61,17 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     steps, then decay proportional to the inverse square root of the step. The peak is at ``step == warmup``,
     where the two branches meet: ``factor * (d_model * warmup)**-0.5``. Step 0 (before any update) gives 0.
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    check_integer("step", step, minimum=0)
     check_positive_int("d_model", d_model)
     check_positive_int("warmup", warmup)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-        raise ValueError(f"factor must be a positive number, got {factor!r}")
+    return _noam_lr(step, d_model, warmup, check_number("factor", factor, low=0, low_inclusive=False))
+
+
+def _noam_lr(step: int, d_model: int, warmup: int, factor: float) -> float:
+    """:func:`noam_lr` for arguments already checked (the per-step path of :class:`NoamSchedule`)."""
     if step == 0:
         return 0.0
-    return float(factor) * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def warmup_cosine(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
@@ -90,11 +92,12 @@ class NoamSchedule:
     """
 
     def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0) -> None:
-        noam_lr(1, d_model, warmup, factor)  # validates the arguments
-        self.d_model, self.warmup, self.factor = d_model, warmup, factor
+        self.d_model = check_positive_int("d_model", d_model)
+        self.warmup = check_positive_int("warmup", warmup)
+        self.factor = check_number("factor", factor, low=0, low_inclusive=False)
 
     def __call__(self, completed_steps: int) -> float:
-        return noam_lr(completed_steps + 1, self.d_model, self.warmup, self.factor)
+        return _noam_lr(completed_steps + 1, self.d_model, self.warmup, self.factor)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -70,6 +70,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._validation import check_integer, check_number, check_positive_int
+
 __all__ = [
     "interact",
     "SiteControl",
@@ -255,9 +257,11 @@ def _full_range(control: Any) -> list[Any]:
 def _check_on_grid(name: str, control: Any, value: Any) -> None:
     low, high, step, integer = _steps(control)
     kind = type(control).__name__
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-        want = "an int" if integer else "a number"
-        raise ValueError(f"site[{name!r}] lists {value!r}; the {kind} takes {want}")
+    listed = f"a value listed in site[{name!r}] for a {kind}"
+    if integer:
+        check_integer(listed, value)
+    else:
+        check_number(listed, value)
     if not low <= value <= high:
         raise ValueError(f"site[{name!r}] lists {value!r}, outside the {kind}'s range [{low}, {high}]")
     steps = (value - low) / step
@@ -321,8 +325,7 @@ def site_states(controls: Sequence[SiteControl], max_states: int = MAX_STATES) -
     Raises:
         ValueError: more than ``max_states`` states (the message gives each control's count).
     """
-    if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
-        raise ValueError(f"max_states must be a positive int, got {max_states!r}")
+    check_positive_int("max_states", max_states)
     count = math.prod(len(c.values) for c in controls)
     if count > max_states:
         sizes = " x ".join(f"{c.name}: {len(c.values)}" for c in controls if len(c.values) > 1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_id_list, check_integer, check_positive_int
 
 __all__ = [
     "PAD",
@@ -79,14 +79,8 @@ class Tokenizer:
 
     def _content_ids(self, ids: Sequence[int] | torch.Tensor) -> list[int]:
         """The ids up to the first ``<eos>``, without ``<pad>``/``<bos>``; checks the id range."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
         kept = []
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int):
-                raise TypeError(f"ids must be integers, got {i!r} of type {type(i).__name__}")
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"ids holds {i}, outside the vocabulary [0, {self.vocab_size})")
+        for i in check_id_list("ids", ids, self.vocab_size):
             if i == self.eos_id:
                 break
             if i not in (self.pad_id, self.bos_id):
@@ -233,10 +227,8 @@ class WordTokenizer(Tokenizer):
         """
         texts = _iter_texts("texts", texts)
         check_positive_int("min_freq", min_freq)
-        if max_size is not None and (
-            isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= len(SPECIAL_TOKENS)
-        ):
-            raise ValueError(f"max_size must be None or an integer > {len(SPECIAL_TOKENS)}, got {max_size!r}")
+        if max_size is not None:
+            check_integer("max_size (None, or more than the special tokens)", max_size, minimum=len(SPECIAL_TOKENS) + 1)
         counts, neighbours, touching = _count_tokens_and_glue(_spacy_tokenizer(language), texts)
         ranked = sorted(
             (t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS), key=lambda t: (-counts[t], t)

@@ -93,7 +93,7 @@ ATTENTION_CASES = {
     "dropout_p out of range": (
         lambda f: f(Q, K, V, dropout_p=1.0),
         ValueError,
-        e("dropout_p must be in [0, 1), got 1.0"),
+        e("dropout_p must be a number in [0, 1), got 1.0"),
     ),
 }
 
@@ -169,7 +169,7 @@ def test_mask_and_position_helpers_reject(call, error, message):
     [
         (dict(d_model=10, num_heads=4), e("d_model must be divisible by num_heads, got d_model=10 and num_heads=4")),
         (dict(d_model=16, num_heads=0), e("num_heads must be a positive integer, got 0")),
-        (dict(d_model=16, num_heads=4, dropout=1.5), e("dropout must be in [0, 1), got 1.5")),
+        (dict(d_model=16, num_heads=4, dropout=1.5), e("dropout must be a number in [0, 1), got 1.5")),
     ],
     ids=["not divisible", "zero heads", "dropout"],
 )
@@ -260,11 +260,11 @@ def test_multihead_forward_rejects(mha, case, need_weights):
     [
         (dict(d_model=10, num_heads=4), e("d_model must be divisible by num_heads, got d_model=10 and num_heads=4")),
         (dict(d_model=0), e("d_model must be a positive integer, got 0")),
-        (dict(num_encoder_layers=-1), e("num_encoder_layers must be a non-negative integer, got -1")),
-        (dict(dropout=1.0), e("dropout must be in [0, 1), got 1.0")),
-        (dict(pad_id=19), e("pad_id must be a valid token id of both vocabularies, in [0, 19), got 19")),
+        (dict(num_encoder_layers=-1), e("num_encoder_layers must be an integer >= 0, got -1")),
+        (dict(dropout=1.0), e("dropout must be a number in [0, 1), got 1.0")),
+        (dict(pad_id=19), e("pad_id (a token id of both vocabularies) must be an integer in [0, 18], got 19")),
         (dict(share_embeddings=True), e("share_embeddings=True needs src_vocab_size == tgt_vocab_size, got 23 and 19")),
-        (dict(positional="rotary"), e("positional must be 'sinusoidal' or 'learned', got 'rotary'")),
+        (dict(positional="rotary"), e("positional must be one of ['sinusoidal', 'learned'], got 'rotary'")),
     ],
     ids=["not divisible", "zero width", "negative layers", "dropout", "pad id", "share vocab", "positional"],
 )

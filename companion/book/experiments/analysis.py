@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validation import check_tensor
+from ..._validation import check_integer, check_tensor
 from ...attention import MultiHeadAttention
 
 __all__ = [
@@ -69,8 +69,7 @@ def head_columns(attention: MultiHeadAttention, head: int) -> slice:
     """The input columns of ``attention.out_proj.weight`` that head ``head`` feeds: ``head*d_head:(head+1)*d_head``."""
     if not isinstance(attention, MultiHeadAttention):
         raise TypeError(f"attention must be a companion MultiHeadAttention, got {type(attention).__name__}")
-    if isinstance(head, bool) or not isinstance(head, int):
-        raise TypeError(f"head must be an int, got {type(head).__name__}")
+    check_integer("head", head, error=TypeError)
     if not 0 <= head < attention.num_heads:
         raise ValueError(f"head must be in [0, num_heads={attention.num_heads}), got {head}")
     return slice(head * attention.d_head, (head + 1) * attention.d_head)

@@ -31,8 +31,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import companion
 from companion import FeedForward, Transformer, TransformerConfig
-from companion.data import Batch
+from companion._validation import check_choice, check_integer, check_number, check_positive_int
 from companion.book.experiments.training import fit
+from companion.data import Batch
 from companion.train import label_smoothed_loss
 
 __all__ = [
@@ -58,12 +59,6 @@ __all__ = [
     "count_operations",
     "TABLE1_KINDS",
 ]
-
-
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -472,7 +467,7 @@ def layer_flops(layer: companion.EncoderLayer, n: int) -> dict[str, int]:
     """
     if not isinstance(layer, companion.EncoderLayer):
         raise TypeError(f"layer must be a companion.EncoderLayer, got {type(layer).__name__}")
-    _check_positive_int("n", n)
+    check_positive_int("n", n)
     d = layer.self_attn.d_model
     x = torch.randn(1, n, d)
     with torch.no_grad():
@@ -537,10 +532,8 @@ def gradient_norms_at_init(config: TransformerConfig, batch: Batch, seed: int = 
 def warmup_schedule(peak_lr: float, warmup: int) -> Callable[[int], float]:
     """Learning rate at optimizer step ``step`` (from 1): linear from ``peak_lr / warmup`` to ``peak_lr`` over
     ``warmup`` steps, constant after; ``warmup=0`` is the constant ``peak_lr`` from the first step."""
-    if not peak_lr > 0:
-        raise ValueError(f"peak_lr must be positive, got {peak_lr!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    check_number("peak_lr", peak_lr, low=0, low_inclusive=False)
+    check_integer("warmup", warmup, minimum=0)
     return lambda step: peak_lr * (min(1.0, step / warmup) if warmup else 1.0)
 
 
@@ -568,7 +561,7 @@ def train_small(
     The loop is the book's shared one, :func:`companion.book.experiments.training.fit`. A loss that becomes NaN or
     infinite is recorded as ``inf`` and training stops there (the model diverged).
     """
-    _check_positive_int("steps", steps)
+    check_positive_int("steps", steps)
     if not batches:
         raise ValueError("batches must not be empty")
     if not callable(lr):
@@ -613,8 +606,8 @@ class RestrictedSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, r: int) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.r = _check_positive_int("r", r)
+        self.d_model = check_positive_int("d_model", d_model)
+        self.r = check_positive_int("r", r)
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def _windows(self, x: torch.Tensor) -> torch.Tensor:
@@ -649,7 +642,7 @@ class StepwiseRNN(nn.Module):
 
     def __init__(self, d_model: int) -> None:
         super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
+        self.d_model = check_positive_int("d_model", d_model)
         self.cell = nn.RNNCell(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -677,13 +670,12 @@ def make_table1_layer(kind: str, d_model: int, k: int = 3, r: int = 2, layer: in
     ``k`` (odd, centred); ``"dilated convolution"`` layer ``layer`` has kernel ``k`` and dilation ``k**layer``;
     ``"restricted self-attention"`` has window radius ``r``. Parameters are float64.
     """
-    if kind not in TABLE1_KINDS:
-        raise ValueError(f"kind must be one of {TABLE1_KINDS}, got {kind!r}")
-    _check_positive_int("d_model", d_model)
-    if kind == "convolution" and (isinstance(k, bool) or not isinstance(k, int) or k < 3 or k % 2 == 0):
+    check_choice("kind", kind, TABLE1_KINDS)
+    check_positive_int("d_model", d_model)
+    if kind == "convolution" and check_integer("k (the kernel size)", k, minimum=3) % 2 == 0:
         raise ValueError(f"k must be an odd kernel size >= 3 for a centred convolution, got {k!r}")
-    if kind == "dilated convolution" and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
-        raise ValueError(f"k must be a kernel size >= 2, got {k!r}")
+    if kind == "dilated convolution":
+        check_integer("k (the kernel size)", k, minimum=2)
     if kind == "self-attention":
         mha = companion.MultiHeadAttention(d_model, 1).double()
         return lambda x: mha(x, x, x, need_weights=True)[0]  # the explicit path (differentiable twice, counted)
@@ -715,8 +707,8 @@ def dependency_matrix(fn: Callable[[torch.Tensor], torch.Tensor], n: int, d_mode
     ``fn`` maps ``[1, n, d_model] -> [1, n, d_model]`` (float64); the Jacobian is taken at a random input.
     Returns a bool ``[n, n]`` tensor. Structural zeros (masks, kernels, causality) are exact zeros.
     """
-    _check_positive_int("n", n)
-    _check_positive_int("d_model", d_model)
+    check_positive_int("n", n)
+    check_positive_int("d_model", d_model)
     x = torch.randn(1, n, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     jacobian = torch.func.jacrev(lambda inp: fn(inp[None])[0])(x[0])  # [n, d, n, d]
     return jacobian.abs().amax(dim=(1, 3)) > 0

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..._validation import check_positive_int, check_token_ids
+from ..._validation import check_bool, check_integer, check_number, check_positive_int, check_token_ids
 from ...attention import causal_mask, padding_mask
 from ...data import PAD_ID, SPECIAL_TOKENS, Tokenizer
 from ...model import Encoder, TransformerConfig, eval_mode
@@ -146,10 +146,10 @@ class LanguageModelConfig:
     tie_output: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(self.causal).__name__}")
-        if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id must be a token id in [0, vocab_size={self.vocab_size}), got {self.pad_id!r}")
+        check_bool("causal", self.causal, error=TypeError)
+        check_integer(
+            f"pad_id (a token id of vocab_size={self.vocab_size})", self.pad_id, minimum=0, maximum=self.vocab_size - 1
+        )
         self.layer_config()  # validates every shared field with TransformerConfig's checks
 
     def layer_config(self) -> TransformerConfig:
@@ -256,8 +256,7 @@ class DecoderOnlyLM(nn.Module):
         """
         prompt = self._check_tokens("prompt", prompt)
         check_positive_int("max_new_tokens", max_new_tokens)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        temperature = check_number("temperature", temperature, low=0, low_inclusive=False)
         total = prompt.shape[1] + max_new_tokens
         if total > self.config.max_len:
             raise ValueError(

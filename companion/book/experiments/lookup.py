@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..._validation import check_last_dim, check_positive_int, check_tensor
+from ..._validation import check_last_dim, check_number, check_positive_int, check_tensor
 from .scoring import AdditiveScore, DotScore, GeneralScore, attend
 from .training import fit
 
@@ -80,8 +80,7 @@ class LookupTask:
         check_positive_int("key_dim", self.key_dim)
         check_positive_int("num_pairs", self.num_pairs)
         check_positive_int("value_dim", self.value_dim)
-        if isinstance(self.noise, bool) or not isinstance(self.noise, (int, float)) or self.noise < 0:
-            raise ValueError(f"noise must be a non-negative number, got {self.noise!r}")
+        check_number("noise", self.noise, low=0)
         generator = torch.Generator().manual_seed(self.seed)
         gaussian = torch.randn(self.key_dim, self.key_dim, generator=generator, dtype=torch.float64)
         q, r = torch.linalg.qr(gaussian)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..._validation import check_last_dim, check_positive_int, check_tensor, check_token_ids
+from ..._validation import check_integer, check_last_dim, check_positive_int, check_tensor, check_token_ids
 from ...attention import MultiHeadAttention
 from ...model import Encoder, TransformerConfig
 from ...positional import LearnedPositionalEncoding
@@ -77,8 +77,7 @@ class PointerTask:
     def query_id(self, p1: int, p2: int) -> int:
         """Token id of the query naming positions ``(p1, p2)``."""
         for name, p in (("p1", p1), ("p2", p2)):
-            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < self.seq_len:
-                raise ValueError(f"{name} must be a position in [0, seq_len={self.seq_len}), got {p!r}")
+            check_integer(f"{name} (a position of seq_len={self.seq_len})", p, minimum=0, maximum=self.seq_len - 1)
         if p1 == p2:
             raise ValueError(f"p1 and p2 must differ, got {p1} for both")
         return self.num_values + p1 * (self.seq_len - 1) + (p2 if p2 < p1 else p2 - 1)
@@ -182,8 +181,10 @@ def offset_mixing_task(
     check_positive_int("seq_len", seq_len)
     check_positive_int("d_model", d_model)
     offsets = list(offsets)
-    if not offsets or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
-        raise TypeError(f"offsets must be a non-empty sequence of ints, got {offsets!r}")
+    if not offsets:
+        raise ValueError("offsets must be a non-empty sequence of ints, got none")
+    for i, offset in enumerate(offsets):
+        check_integer(f"offsets[{i}]", offset, error=TypeError)
     if len({o % seq_len for o in offsets}) != len(offsets):
         raise ValueError(f"offsets must be distinct modulo seq_len={seq_len}, got {offsets}")
     if d_model % len(offsets):

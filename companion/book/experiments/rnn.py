@@ -28,8 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..._validation import check_positive_int, check_token_ids
-from ...data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, SYNTHETIC_TASKS, UNK_ID, Batch, make_batches, synthetic_pairs
+from ..._validation import check_choice, check_integer, check_positive_int, check_token_ids
+from ...data import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    SYNTHETIC_TASKS,
+    UNK_ID,
+    Batch,
+    make_batches,
+    synthetic_pairs,
+)
 from .scoring import AdditiveScore, attend
 from .training import fit
 
@@ -391,10 +401,8 @@ def train_seq2seq(
         check_positive_int(name, value)
     if max_len < min_len:
         raise ValueError(f"max_len must be >= min_len, got min_len={min_len} and max_len={max_len}")
-    if task not in SYNTHETIC_TASKS:
-        raise ValueError(f"task must be one of {list(SYNTHETIC_TASKS)}, got {task!r}")
-    if isinstance(spread, bool) or not isinstance(spread, int) or spread < 0:
-        raise ValueError(f"spread must be a non-negative integer, got {spread!r}")
+    check_choice("task", task, list(SYNTHETIC_TASKS))
+    check_integer("spread", spread, minimum=0)
     vocab_size = vocab_size or model.encoder.vocab_size
     if vocab_size > min(model.encoder.vocab_size, model.tgt_vocab_size):
         raise ValueError(

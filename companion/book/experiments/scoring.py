@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from ..._validation import check_last_dim, check_positive_int, check_tensor
+from ..._validation import check_bool, check_last_dim, check_positive_int, check_tensor
 from ...attention import masked_softmax
 
 __all__ = ["AdditiveScore", "GeneralScore", "DotScore", "attend"]
@@ -128,9 +128,7 @@ class DotScore(nn.Module):
 
     def __init__(self, scaled: bool = False) -> None:
         super().__init__()
-        if not isinstance(scaled, bool):
-            raise TypeError(f"scaled must be a bool, got {type(scaled).__name__}")
-        self.scaled = scaled
+        self.scaled = check_bool("scaled", scaled, error=TypeError)
 
     def extra_repr(self) -> str:
         return f"scaled={self.scaled}"

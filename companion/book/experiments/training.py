@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._validation import check_positive_int
+from ..._validation import check_bool, check_choice, check_integer, check_number, check_positive_int
 
 __all__ = ["OPTIMIZERS", "fit", "warmup_cosine", "warmup_cosine_schedule"]
 
@@ -52,11 +52,9 @@ def warmup_cosine_schedule(warmup: int, total: int, floor: float = 0.1) -> Calla
         total: the step at which the cosine reaches ``floor`` (usually the number of training steps).
         floor: the final multiplier, in ``[0, 1]``.
     """
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
+    check_integer("warmup", warmup, minimum=0)
     check_positive_int("total", total)
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor <= 1.0:
-        raise ValueError(f"floor must be a number in [0, 1], got {floor!r}")
+    floor = check_number("floor", floor, low=0, high=1)
 
     def schedule(step: int) -> float:
         return warmup_cosine(step, warmup, total, floor)
@@ -65,19 +63,14 @@ def warmup_cosine_schedule(warmup: int, total: int, floor: float = 0.1) -> Calla
 
 
 def _check_positive_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
+    return check_number(name, value, low=0, low_inclusive=False)
 
 
 def _check_betas(betas: object) -> tuple[float, float]:
-    if not (
-        isinstance(betas, Sequence)
-        and len(betas) == 2
-        and all(not isinstance(b, bool) and isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas)
-    ):
+    if not (isinstance(betas, Sequence) and len(betas) == 2):
         raise ValueError(f"betas must be a pair of numbers in [0, 1), got {betas!r}")
-    return float(betas[0]), float(betas[1])
+    beta1, beta2 = (check_number(f"betas[{i}]", b, low=0, high=1, high_inclusive=False) for i, b in enumerate(betas))
+    return beta1, beta2
 
 
 def _make_optimizer(
@@ -179,22 +172,17 @@ def fit(
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be a callable (model, batch) -> 0-d loss tensor, got {loss_fn!r}")
     lr = _check_positive_number("lr", lr)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not isinstance(seed_global_rng, bool):
-        raise TypeError(f"seed_global_rng must be a bool, got {type(seed_global_rng).__name__}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    check_integer("seed", seed, error=TypeError)
+    check_bool("seed_global_rng", seed_global_rng, error=TypeError)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
     betas = _check_betas(betas)
     eps = _check_positive_number("eps", eps)
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or momentum < 0:
-        raise ValueError(f"momentum must be a non-negative number, got {momentum!r}")
+    momentum = check_number("momentum", momentum, low=0)
     if schedule is not None and not callable(schedule):
         raise TypeError(f"schedule must be None or a callable (completed_steps) -> multiplier, got {schedule!r}")
     if clip_norm is not None:
         clip_norm = _check_positive_number("clip_norm", clip_norm)
-    if not isinstance(stop_on_nonfinite, bool):
-        raise TypeError(f"stop_on_nonfinite must be a bool, got {type(stop_on_nonfinite).__name__}")
+    check_bool("stop_on_nonfinite", stop_on_nonfinite, error=TypeError)
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be None or a callable (step, loss, grad_norm) -> None, got {on_step!r}")
 

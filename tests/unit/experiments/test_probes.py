@@ -116,7 +116,7 @@ def test_bad_arguments_are_refused():
     task = two_pointer_task(5, seq_len=4)
     with pytest.raises(ValueError, match="p1 and p2 must differ"):
         task.query_id(2, 2)
-    with pytest.raises(ValueError, match=r"p2 must be a position in \[0, seq_len=4\), got 4"):
+    with pytest.raises(ValueError, match=r"p2 \(a position of seq_len=4\) must be an integer in \[0, 3\], got 4"):
         task.query_id(0, 4)
     with pytest.raises(ValueError, match="offsets must be distinct modulo seq_len=4"):
         offset_mixing_task(2, 4, 8, [1, 5])
