@@ -582,8 +582,8 @@ def json_corpus(
     files: dict[str, list[Path]] = {}
     for split, given in (("train", train), ("valid", valid), ("test", test)):
         if given is not None:
-            paths = [given] if isinstance(given, (str, os.PathLike)) else list(given)
-            files[split] = [_existing_file(split, p).resolve() for p in paths]
+            given_paths = [given] if isinstance(given, (str, os.PathLike)) else list(given)
+            files[split] = [_existing_file(split, p).resolve() for p in given_paths]
     if not files:
         raise ValueError("json_corpus needs at least one of train=, valid=, test= (JSON or JSON-lines files)")
     datasets = _import_datasets()
