@@ -4,9 +4,10 @@
 
 Translates the test_2016_flickr sources (the checkpoint's direction) in length-sorted batches of
 each of ``--batch-sizes`` with ``companion.greedy_decode`` (incremental decoding: each step feeds one token and
-reuses the cached keys/values) and with the loop a plain ``nn.Transformer`` user writes: re-run the decoder over
-the whole prefix each step and apply the output layer to the last position. Both pick tokens with the same rule, so the
-outputs must be identical (asserted). The two are timed in alternating order for ``--rounds`` rounds; the machine
+reuses the cached keys/values) and with ``greedy_decode(..., use_cache=False)``, the loop a plain ``nn.Transformer``
+user writes (``companion.decode.RecomputeStep``): re-run the decoder over the whole prefix each step and apply the
+output layer to the last position only. Both are the same search with the same rule, so the outputs must be
+identical (asserted). The two are timed in alternating order for ``--rounds`` rounds; the machine
 is shared, so the script reports the median of the per-round ratios. Then it measures beam search (beam 4,
 alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
 with the batch: every step has a fixed cost (the output layer over the vocabulary, kernel launches) that the
@@ -17,7 +18,6 @@ Writes bench/results/decode_speed.json.
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import statistics
 import sys
@@ -33,43 +33,8 @@ from companion.checkpoint import (  # noqa: E402
     model_from_checkpoint,
     tokenizers_from_checkpoint,
 )
-from companion.data import BOS_ID, EOS_ID, load_multi30k  # noqa: E402
-from companion.decode import (  # noqa: E402
-    beam_search,
-    greedy_decode,
-    max_output_lengths,
-    record_greedy_step,
-)
-
-
-def next_token_recompute(model, prefix: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
-    """The most probable next token ``[rows]`` after ``prefix [rows, t]``: decoder over the whole prefix, output
-    layer on the last position only (as a plain ``nn.Transformer`` loop does); ``<pad>``/``<bos>`` excluded."""
-    y = model.tgt_pos(model.tgt_embed(prefix) * math.sqrt(model.config.d_model))
-    y, _ = model.decoder(y, memory, src_mask)
-    logits = model.generator(y[:, -1]).float()
-    logits[:, model.config.pad_id] = float("-inf")
-    logits[:, BOS_ID] = float("-inf")
-    return logits.argmax(dim=-1)
-
-
-@torch.no_grad()
-def greedy_recompute(model, src: torch.Tensor, max_extra_len: int = 50) -> list[list[int]]:
-    """Greedy search without a cache: the decoder re-reads the whole prefix at every step."""
-    model.eval()
-    memory, src_mask = model.encode(src)
-    limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
-    outputs: list[list[int]] = [[] for _ in range(src.shape[0])]
-    running = list(range(src.shape[0]))
-    prefix = src.new_full((len(running), 1), BOS_ID)
-    while running:
-        tokens = next_token_recompute(model, prefix, memory, src_mask)
-        keep = record_greedy_step(tokens, running, outputs, limits, EOS_ID)  # the same bookkeeping as greedy_decode
-        index = torch.tensor(keep, dtype=torch.long)
-        prefix = torch.cat([prefix, tokens[:, None]], dim=1)[index]
-        memory, src_mask = memory[index], src_mask[index]
-        running = [running[row] for row in keep]
-    return outputs
+from companion.data import load_multi30k  # noqa: E402
+from companion.decode import beam_search, greedy_decode  # noqa: E402
 
 
 def batches(ids: list[list[int]], size: int, pad_id: int):
@@ -93,11 +58,11 @@ def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int)
     """Greedy cached vs recompute (alternating rounds, median ratio) and beam-4 throughput at one batch size."""
     warm_up = ids[:batch_size]  # first calls allocate and pick kernels: not timed
     timed_decode(lambda s: greedy_decode(model, s), warm_up, batch_size, pad)
-    timed_decode(lambda s: greedy_recompute(model, s), warm_up, batch_size, pad)
+    timed_decode(lambda s: greedy_decode(model, s, use_cache=False), warm_up, batch_size, pad)
     cached_times, recompute_times = [], []
     for _ in range(rounds):  # alternate, so that both see the same machine load
         cached_s, cached = timed_decode(lambda s: greedy_decode(model, s), ids, batch_size, pad)
-        recompute_s, recomputed = timed_decode(lambda s: greedy_recompute(model, s), ids, batch_size, pad)
+        recompute_s, recomputed = timed_decode(lambda s: greedy_decode(model, s, use_cache=False), ids, batch_size, pad)
         assert cached == recomputed, "cached and recomputed greedy decoding must produce the same tokens"
         cached_times.append(cached_s)
         recompute_times.append(recompute_s)

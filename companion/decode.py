@@ -1,28 +1,42 @@
 """Decoding a trained Transformer: greedy search, beam search, and text-to-text translation.
 
-Both searches run a whole batch of source sentences at once and decode incrementally: the decoder sees only
-the newest token at each step and reuses the keys and values of earlier positions from a
-:class:`~companion.model.KVCache`. Sentences that are finished drop out of the batch (the cache is
-reordered to the rows still running), so a sentence's result does not depend on what else is in its batch.
+There is one greedy search (:func:`search_greedy`) and one beam search (:func:`search_beam`). Both run a batch
+of source sentences at once over a **step function** (:class:`DecoderStep`): given the prefixes of the rows
+still decoding (``<bos>`` and the tokens chosen so far), it returns the logits of each row's next token, and it
+is told when rows are reordered or dropped. What the step computes is its own business:
+
+* :class:`CachedStep` feeds the decoder only the newest token and reuses the keys and values of the earlier
+  positions from a :class:`~companion.model.KVCache` (what :func:`greedy_decode` and :func:`beam_search` use);
+* :class:`RecomputeStep` reruns the decoder over the whole prefix at every step, the baseline the cache is
+  measured against (``greedy_decode(..., use_cache=False)``);
+* :mod:`companion.export` steps through the exported ONNX graphs, the chapter's experiments through a model
+  with their own rules.
+
+An optional observer (``on_step=``) sees every step: the candidates, the survivors and the hypotheses that
+finished (the decoding chapter's traced beam search is :func:`beam_search` with an observer). Sentences that
+are finished drop out of the batch (the step function is told), so a sentence's result does not depend on
+what else is in its batch.
 
 The paper's settings (section 6.1) are the defaults: beam size 4, length penalty alpha = 0.6 and at most
 ``input length + 50`` output tokens. The length penalty is GNMT's (Wu et al., 2016):
 ``lp(length) = ((5 + length) / 6) ** alpha``, and a finished hypothesis is ranked by
 ``log P(y | x) / lp(|y|)``, where ``|y|`` counts the output tokens including the final ``<eos>``.
 
-Neither search emits ``<pad>`` or ``<bos>``; the returned id lists hold neither ``<bos>`` nor ``<eos>``.
+Neither search emits ``<pad>`` or ``<bos>``; the returned id lists hold neither ``<bos>`` nor ``<eos>``. The
+inputs are checked once, at the public entry points; nothing is checked again at each step.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import Literal, overload
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, overload
 
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_positive_int, check_token_ids
+from ._validation import check_bool, check_positive_int, check_token_ids
 from .data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
 from .devices import resolve_device
 from .errors import NonFiniteOutputError
@@ -31,13 +45,28 @@ from .model import Transformer, eval_mode
 __all__ = [
     "length_penalty",
     "max_output_lengths",
-    "record_greedy_step",
+    "check_search_inputs",
+    "DecoderStep",
+    "ModelStep",
+    "CachedStep",
+    "RecomputeStep",
+    "model_step",
+    "GreedyStepRecord",
+    "search_greedy",
     "greedy_decode",
+    "Finished",
+    "best_hypothesis",
+    "Candidates",
+    "BeamState",
+    "BeamStepRecord",
+    "search_beam",
     "beam_search",
     "score_hypotheses",
     "translate",
     "translate_ids",
 ]
+
+_MAX_EXTRA_LEN = 50  # the paper's length limit: input length + 50 (the searches' default)
 
 
 def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -55,111 +84,395 @@ def max_output_lengths(src: torch.Tensor, pad_id: int, max_extra_len: int, model
     return [max(1, min(int(n) + max_extra_len, model_max_len)) for n in lengths]
 
 
-def _check_inputs(model: object, src: object, max_extra_len: object, bos_id: int, eos_id: int) -> torch.Tensor:
+def check_search_inputs(
+    model: object, src: object, *, max_extra_len: object = 0, bos_id: object = BOS_ID, eos_id: object = EOS_ID
+) -> torch.Tensor:
+    """The checks a search runs once, at its entry: ``model`` a companion Transformer, ``src [batch, n]`` source
+    ids in its vocabulary, ``max_extra_len`` a non-negative integer, ``bos_id``/``eos_id`` target token ids.
+
+    Returns ``src``. Raises TypeError or ValueError naming the argument.
+    """
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     src = check_token_ids("src", src, model.config.src_vocab_size)
     if isinstance(max_extra_len, bool) or not isinstance(max_extra_len, int) or max_extra_len < 0:
         raise ValueError(f"max_extra_len must be a non-negative integer, got {max_extra_len!r}")
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if not 0 <= value < model.config.tgt_vocab_size:
+        if not 0 <= value < model.config.tgt_vocab_size:  # type: ignore[operator]
             raise ValueError(f"{name} must be a target token id in [0, {model.config.tgt_vocab_size}), got {value}")
     return src
 
 
-def _next_logits(
-    model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache, bos_id: int
-) -> torch.Tensor:
-    """Logits of the next token ``[rows, tgt_vocab]`` (float32) given the newest tokens ``last [rows, 1]``.
+# ---------------------------------------------------------------------------------------------------------
+# Step functions: the next token's logits for every row still decoding
+# ---------------------------------------------------------------------------------------------------------
+class DecoderStep(Protocol):
+    """What a search asks of the model at each step. A row is one hypothesis of one sentence."""
 
-    ``<pad>`` and ``<bos>`` are never generated: their logits are set to -inf.
-    """
-    logits = model.decode(last, memory, src_mask, cache=cache)[:, -1].float()
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        """``prefixes [rows, t]`` (``<bos>`` and the tokens so far) -> next-token logits ``[rows, vocab]`` (float32),
+        with the tokens that are never generated (``<pad>``, ``<bos>``) at -inf."""
+        ...
+
+    def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        """From now on, row ``i`` is former row ``rows[i]`` (``rows [new_rows]``: dropped rows are gone, a row may be
+        repeated). ``same_sources``: every row keeps reading the source sentence it read (beams of a sentence
+        swapping their prefixes), so nothing that depends on the source alone has to move."""
+        ...
+
+
+def _never_generated(logits: torch.Tensor, pad_id: int, bos_id: int) -> torch.Tensor:
+    """``logits [rows, vocab]`` as float32 with ``<pad>`` and ``<bos>`` at -inf; refuses inf or nan scores."""
+    logits = logits.float()
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteOutputError(
             "the model's next-token scores hold inf or nan, so no token can be chosen: its weights are broken "
             "(a diverged run?). Decode with a checkpoint whose weights are finite."
         )
-    logits[:, model.config.pad_id] = float("-inf")
+    logits[:, pad_id] = float("-inf")
     logits[:, bos_id] = float("-inf")
     return logits
 
 
-def _next_log_probs(
-    model: Transformer, last: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, cache, bos_id: int
-) -> torch.Tensor:
-    """Log-probabilities of the next token ``[rows, tgt_vocab]``; ``<pad>`` and ``<bos>`` get -inf."""
-    return F.log_softmax(_next_logits(model, last, memory, src_mask, cache, bos_id), dim=-1)
+class ModelStep:
+    """A step function over a :class:`~companion.model.Transformer` (the base of :class:`CachedStep` and
+    :class:`RecomputeStep`): ``memory [rows, n, d_model]`` and ``src_mask [rows, 1, 1, n]`` are the encoder's
+    output for each row; ``<pad>`` and ``bos_id`` are never generated."""
+
+    def __init__(self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int) -> None:
+        self.model, self.memory, self.src_mask, self.bos_id = model, memory, src_mask, bos_id
+
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        if not same_sources:
+            self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
 
 
-def record_greedy_step(
-    tokens: torch.Tensor, running: list[int], outputs: list[list[int]], limits: list[int], eos_id: int
-) -> list[int]:
-    """Greedy bookkeeping for one step: append each running row's new token ``tokens [rows]`` to its sentence's
-    output; returns the rows still decoding (not ended by ``<eos>``, not at their length limit).
+class CachedStep(ModelStep):
+    """Incremental decoding: each step feeds only the newest token ``prefixes[:, -1:]``; the keys and values of
+    the earlier positions come from a :class:`~companion.model.KVCache`."""
 
-    ``running[row]`` is the sentence index of each row still decoding, ``outputs[sentence]`` the ids produced so
-    far and ``limits[sentence]`` its length limit (:func:`max_output_lengths`). Shared by :func:`greedy_decode`
-    and decoders written for comparison (the decoding benchmark's baseline without a cache).
+    def __init__(self, model: Transformer, memory: torch.Tensor, src_mask: torch.Tensor, *, bos_id: int) -> None:
+        super().__init__(model, memory, src_mask, bos_id=bos_id)
+        self.cache = model.new_cache()
+
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        logits = self.model.decode_unchecked(prefixes[:, -1:], self.memory, self.src_mask, cache=self.cache)
+        return _never_generated(logits[:, -1], self.model.config.pad_id, self.bos_id)
+
+    def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        self.cache.reorder(rows, include_cross=not same_sources)  # cross-attention keys depend on the source only
+        super().select(rows, same_sources=same_sources)
+
+
+class RecomputeStep(ModelStep):
+    """Decoding without a cache: each step reruns the decoder over the whole prefix ``[rows, t]`` and projects
+    only its last position onto the vocabulary (as a loop around a plain ``nn.Transformer`` does). The same
+    tokens as :class:`CachedStep`; the baseline that the cache is measured against."""
+
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        logits = self.model.decode_unchecked(prefixes, self.memory, self.src_mask, last_only=True)
+        return _never_generated(logits[:, -1], self.model.config.pad_id, self.bos_id)
+
+
+def model_step(
+    model: Transformer, src: torch.Tensor, *, bos_id: int = BOS_ID, copies: int = 1, use_cache: bool = True
+) -> ModelStep:
+    """Encode ``src [batch, n]`` (ids already checked) and return the step function over ``batch * copies`` rows
+    (row ``sentence * copies + j``: ``copies`` hypotheses per sentence, for beam search)."""
+    memory, src_mask = model.encode_unchecked(src)  # [batch, n, d_model], [batch, 1, 1, n]
+    if copies > 1:
+        memory, src_mask = memory.repeat_interleave(copies, dim=0), src_mask.repeat_interleave(copies, dim=0)
+    return (CachedStep if use_cache else RecomputeStep)(model, memory, src_mask, bos_id=bos_id)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Greedy search
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GreedyStepRecord:
+    """What an observer of :func:`search_greedy` sees at step ``step`` (1 for the first output token):
+    ``sentences[row]`` is the sentence of each row still decoding, ``logits [rows, vocab]`` what the step
+    function returned and ``tokens [rows]`` the tokens chosen from them."""
+
+    step: int
+    sentences: list[int]
+    logits: torch.Tensor
+    tokens: torch.Tensor
+
+
+def _most_probable(logits: torch.Tensor) -> torch.Tensor:
+    """The most probable token of each row (the argmax of the logits: a softmax would not change which one)."""
+    return logits.argmax(dim=-1)
+
+
+def search_greedy(
+    step: DecoderStep,
+    limits: Sequence[int],
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int | None = EOS_ID,
+    device: torch.device | str = "cpu",
+    pick: Callable[[torch.Tensor], torch.Tensor] = _most_probable,
+    on_step: Callable[[GreedyStepRecord], None] | None = None,
+) -> list[list[int]]:
+    """Greedy search: at each step every sentence still decoding appends its most probable next token.
+
+    ``limits[sentence]`` is the most output tokens of each sentence (:func:`max_output_lengths`); a sentence
+    stops at ``<eos>`` (not appended; ``eos_id=None``: every sentence runs to its limit) or at its limit.
+    ``pick`` chooses each row's token from its logits ``[rows, vocab]`` (default: the most probable; sampling
+    draws one instead). Returns the ids per sentence, without ``<bos>``/``<eos>``.
     """
-    keep = []
-    for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
-        if token == eos_id:
-            continue
-        outputs[sentence].append(token)
-        if len(outputs[sentence]) < limits[sentence]:
-            keep.append(row)
-    return keep
+    outputs: list[list[int]] = [[] for _ in limits]
+    running = list(range(len(limits)))  # the sentence of each row still decoding
+    prefixes = torch.full((len(running), 1), bos_id, dtype=torch.long, device=device)
+    t = 0
+    while running:
+        t += 1
+        logits = step(prefixes)
+        tokens = pick(logits)  # [rows]
+        if on_step is not None:
+            on_step(GreedyStepRecord(t, running, logits, tokens))
+        keep = []
+        for row, (sentence, token) in enumerate(zip(running, tokens.tolist())):
+            if token == eos_id:
+                continue
+            outputs[sentence].append(token)
+            if len(outputs[sentence]) < limits[sentence]:
+                keep.append(row)
+        prefixes = torch.cat([prefixes, tokens[:, None]], dim=1)
+        if len(keep) < len(running):  # finished sentences leave the batch
+            index = torch.tensor(keep, dtype=torch.long, device=prefixes.device)
+            step.select(index)
+            prefixes, running = prefixes[index], [running[row] for row in keep]
+    return outputs
 
 
 @torch.no_grad()
 def greedy_decode(
-    model: Transformer, src: torch.Tensor, *, max_extra_len: int = 50, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    model: Transformer,
+    src: torch.Tensor,
+    *,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    use_cache: bool = True,
+    on_step: Callable[[GreedyStepRecord], None] | None = None,
 ) -> list[list[int]]:
     """Pick the most probable token at every step, for each sentence of ``src [batch, n]`` (right-padded).
 
     Returns one list of token ids per sentence, without ``<bos>``/``<eos>``; a sentence that reaches its
     length limit (:func:`max_output_lengths`) without ``<eos>`` is returned as generated so far.
+    ``use_cache=False`` recomputes the whole prefix at every step (:class:`RecomputeStep`: same tokens, slower);
+    ``on_step`` observes every step (:class:`GreedyStepRecord`).
     """
-    src = _check_inputs(model, src, max_extra_len, bos_id, eos_id)
+    src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
+    check_bool("use_cache", use_cache)
+    return _greedy(model, src, max_extra_len, bos_id, eos_id, use_cache=use_cache, on_step=on_step)
+
+
+def _greedy(
+    model: Transformer,
+    src: torch.Tensor,
+    max_extra_len: int,
+    bos_id: int,
+    eos_id: int,
+    *,
+    use_cache: bool = True,
+    on_step: Callable[[GreedyStepRecord], None] | None = None,
+) -> list[list[int]]:
+    """:func:`greedy_decode` on checked inputs."""
     with eval_mode(model):
-        memory, src_mask = model.encode(src)
+        step = model_step(model, src, bos_id=bos_id, use_cache=use_cache)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
-        outputs: list[list[int]] = [[] for _ in range(src.shape[0])]
-        running = list(range(src.shape[0]))  # sentence index of each row still decoding
-        cache = model.new_cache()
-        last = src.new_full((len(running), 1), bos_id)
-        while running:
-            # the most probable token: argmax of the logits (the softmax would not change which one it is)
-            tokens = _next_logits(model, last, memory, src_mask, cache, bos_id).argmax(dim=-1)
-            keep = record_greedy_step(tokens, running, outputs, limits, eos_id)
-            if len(keep) < len(running):
-                index = torch.tensor(keep, dtype=torch.long, device=src.device)
-                cache.reorder(index)
-                memory, src_mask, tokens = memory[index], src_mask[index], tokens[index]
-                running = [running[row] for row in keep]
-            last = tokens[:, None]
-    return outputs
+        return search_greedy(step, limits, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step)
 
 
-class _Hypotheses:
-    """The finished hypotheses of one sentence: ``(normalised score, token ids)``, at most ``beam_size``."""
+# ---------------------------------------------------------------------------------------------------------
+# Beam search
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Finished:
+    """A finished hypothesis: ``tokens`` (no ``<bos>``/``<eos>``), their summed log-probability ``log_prob``
+    (``<eos>`` included when it ended with one) and ``length``, the length its penalty uses (the step at which
+    it finished: ``len(tokens) + 1`` when it ended with ``<eos>``, ``len(tokens)`` at the length limit)."""
 
-    def __init__(self, beam_size: int) -> None:
-        self.beam_size = beam_size
-        self.items: list[tuple[float, list[int]]] = []
+    tokens: tuple[int, ...]
+    log_prob: float
+    length: int
 
     @property
-    def full(self) -> bool:
-        return len(self.items) >= self.beam_size
+    def ended_with_eos(self) -> bool:
+        return self.length > len(self.tokens)
 
-    def add(self, score: float, tokens: list[int], force: bool = False) -> None:
-        """Keep a hypothesis while fewer than ``beam_size`` are finished (always with ``force``)."""
-        if force or not self.full:
-            self.items.append((score, tokens))
+    def score(self, alpha: float) -> float:
+        """The ranking score ``log_prob / lp(length)`` with GNMT's penalty ``((5 + length) / 6) ** alpha``."""
+        return self.log_prob / float(length_penalty(self.length, alpha))
 
-    def best(self) -> tuple[float, list[int]]:
-        return max(self.items, key=lambda item: item[0])
+
+def best_hypothesis(hypotheses: Sequence[Finished], alpha: float) -> Finished:
+    """The hypothesis with the highest ``score(alpha)``, the first one on a tie."""
+    return max(hypotheses, key=lambda hypothesis: hypothesis.score(alpha))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The ``2k`` best one-token extensions of each sentence's running hypotheses, best first; each
+    ``[sentences, 2k]``: ``scores`` (summed log-probability of the extended hypothesis), ``beams`` (which of the
+    ``k`` running hypotheses it extends) and ``tokens`` (the token it adds)."""
+
+    scores: torch.Tensor
+    beams: torch.Tensor
+    tokens: torch.Tensor
+
+
+@dataclass
+class BeamState:
+    """The state of a batched beam search with beam size ``k``.
+
+    ``sentences[i]`` is the sentence of the i-th group still searching; its ``k`` running hypotheses are rows
+    ``i * k + b`` of ``prefixes [groups * k, 1 + step]`` (``<bos>`` and the tokens so far), with summed
+    log-probabilities ``scores [groups, k]`` (-inf: an empty slot). ``finished[sentence]`` holds each
+    sentence's finished hypotheses, for every sentence of the batch.
+    """
+
+    k: int
+    sentences: list[int]
+    scores: torch.Tensor
+    prefixes: torch.Tensor
+    finished: list[list[Finished]] = field(default_factory=list)
+    step: int = 0
+
+    @classmethod
+    def start(cls, batch: int, k: int, bos_id: int, device: torch.device | str) -> BeamState:
+        """``k`` empty hypotheses per sentence; only the first is alive, so the first step has no duplicates."""
+        scores = torch.full((batch, k), float("-inf"), device=device)
+        scores[:, 0] = 0.0
+        prefixes = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+        return cls(k, list(range(batch)), scores, prefixes, [[] for _ in range(batch)])
+
+    def extend(self, log_probs: torch.Tensor) -> Candidates:
+        """Score every one-token extension ``scores + log P(token | prefix)`` (``log_probs [groups * k, vocab]``)
+        and keep the ``2k`` best of each sentence; this is the next step."""
+        self.step += 1
+        groups, k, vocab = len(self.sentences), self.k, log_probs.shape[-1]
+        total = (self.scores[:, :, None] + log_probs.view(groups, k, vocab)).view(groups, k * vocab)
+        scores, index = total.topk(min(2 * k, k * vocab), dim=-1)
+        return Candidates(scores, index // vocab, index % vocab)
+
+    def finish_eos(self, candidates: Candidates, eos_id: int) -> list[list[Finished]]:
+        """Candidates among the first ``k`` that end with ``<eos>`` finish (while a sentence has fewer than ``k``
+        finished). Returns the hypotheses finished now, per group."""
+        new: list[list[Finished]] = [[] for _ in self.sentences]
+        k = self.k
+        is_eos = (candidates.tokens[:, :k] == eos_id) & torch.isfinite(candidates.scores[:, :k])
+        if not bool(is_eos.any()):
+            return new
+        for group, rank in is_eos.nonzero().tolist():
+            sentence = self.sentences[group]
+            if len(self.finished[sentence]) < k:
+                row = group * k + int(candidates.beams[group, rank])
+                hypothesis = Finished(
+                    tuple(self.prefixes[row, 1:].tolist()), float(candidates.scores[group, rank]), self.step
+                )
+                self.finished[sentence].append(hypothesis)
+                new[group].append(hypothesis)
+        return new
+
+    def advance(self, candidates: Candidates, eos_id: int) -> torch.Tensor:
+        """The ``k`` best candidates that do not end with ``<eos>`` become the running hypotheses. Returns the row
+        each new row continues, ``[groups * k]`` (always a row of the same sentence)."""
+        going_on = candidates.scores.masked_fill(candidates.tokens == eos_id, float("-inf"))
+        self.scores, position = going_on.topk(self.k, dim=-1)
+        beams, tokens = candidates.beams.gather(1, position), candidates.tokens.gather(1, position)
+        rows = (torch.arange(len(self.sentences), device=beams.device)[:, None] * self.k + beams).reshape(-1)
+        self.prefixes = torch.cat([self.prefixes[rows], tokens.reshape(-1, 1)], dim=1)
+        return rows
+
+    def finish_at_limit(self, limits: Sequence[int]) -> list[list[Finished]]:
+        """A sentence at its length limit with fewer than ``k`` finished hypotheses finishes its running ones as
+        they are. Returns the hypotheses finished now, per group."""
+        new: list[list[Finished]] = [[] for _ in self.sentences]
+        for group, sentence in enumerate(self.sentences):
+            if len(self.finished[sentence]) >= self.k or self.step < limits[sentence]:
+                continue
+            for beam, score in enumerate(self.scores[group].tolist()):
+                if score != float("-inf"):
+                    tokens = tuple(self.prefixes[group * self.k + beam, 1:].tolist())
+                    new[group].append(Finished(tokens, score, self.step))
+            self.finished[sentence] += new[group]
+        return new
+
+    def searching(self, limits: Sequence[int]) -> list[int]:
+        """The groups whose sentence goes on: fewer than ``k`` finished and below its length limit."""
+        return [
+            group
+            for group, sentence in enumerate(self.sentences)
+            if len(self.finished[sentence]) < self.k and self.step < limits[sentence]
+        ]
+
+    def keep(self, groups: list[int]) -> torch.Tensor:
+        """Keep only ``groups`` (the other sentences are done); returns the rows kept, ``[len(groups) * k]``."""
+        index = torch.tensor(groups, dtype=torch.long, device=self.scores.device)
+        rows = (index[:, None] * self.k + torch.arange(self.k, device=index.device)).reshape(-1)
+        self.sentences = [self.sentences[group] for group in groups]
+        self.scores, self.prefixes = self.scores[index], self.prefixes[rows]
+        return rows
+
+
+@dataclass(frozen=True)
+class BeamStepRecord:
+    """What an observer of :func:`search_beam` sees at step ``step``, before done sentences leave the batch:
+    ``sentences[i]`` the sentence of group ``i``; ``parents [groups * k, step]`` the prefixes that were extended;
+    ``candidates`` their ``2k`` best extensions; ``finished[i]`` the hypotheses group ``i`` finished now (those
+    ending with ``<eos>`` first, then the running ones at the length limit); ``scores [groups, k]`` and
+    ``prefixes [groups * k, 1 + step]`` the running hypotheses after the step."""
+
+    step: int
+    sentences: list[int]
+    parents: torch.Tensor
+    candidates: Candidates
+    finished: list[list[Finished]]
+    scores: torch.Tensor
+    prefixes: torch.Tensor
+
+
+def search_beam(
+    step: DecoderStep,
+    limits: Sequence[int],
+    beam_size: int,
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+    device: torch.device | str = "cpu",
+    on_step: Callable[[BeamStepRecord], None] | None = None,
+) -> list[list[Finished]]:
+    """Beam search over ``step`` (rows ``group * beam_size + beam``), for ``len(limits)`` sentences at once.
+
+    At every step each running hypothesis is extended by every token and the ``2k`` best extensions of each
+    sentence are ranked by summed log-probability. An extension by ``<eos>`` among the first ``k`` ranks
+    finishes a hypothesis; the best ``k`` others keep running. A sentence stops when it has ``k`` finished
+    hypotheses or reaches its length limit ``limits[sentence]`` (the running ones then finish as they are).
+    Returns every sentence's finished hypotheses (:class:`Finished`), in the order they finished.
+    """
+    state = BeamState.start(len(limits), beam_size, bos_id, device)
+    while state.sentences:
+        parents = state.prefixes
+        candidates = state.extend(F.log_softmax(step(parents), dim=-1))
+        finished = state.finish_eos(candidates, eos_id)
+        step.select(state.advance(candidates, eos_id), same_sources=True)
+        for now, at_limit in zip(finished, state.finish_at_limit(limits)):
+            now += at_limit
+        if on_step is not None:
+            on_step(
+                BeamStepRecord(state.step, state.sentences, parents, candidates, finished, state.scores, state.prefixes)
+            )
+        going_on = state.searching(limits)
+        if len(going_on) < len(state.sentences):
+            step.select(state.keep(going_on))
+    return state.finished
 
 
 @overload
@@ -173,6 +486,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: Literal[False] = False,
+    on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[list[int]]: ...
 
 
@@ -187,6 +501,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: Literal[True],
+    on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> tuple[list[list[int]], list[float]]: ...
 
 
@@ -201,116 +516,50 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: bool = False,
+    on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[list[int]] | tuple[list[list[int]], list[float]]:
-    """Beam search for each sentence of ``src [batch, n]`` (right-padded), all sentences at once.
+    """Beam search (:func:`search_beam`) for each sentence of ``src [batch, n]`` (right-padded), with the cache.
 
-    At every step each of the ``beam_size`` running hypotheses of a sentence is extended by every token and
-    the ``2 * beam_size`` best extensions (by summed log-probability) are ranked. An extension by ``<eos>``
-    among the first ``beam_size`` ranks becomes a finished hypothesis, scored ``log P / lp(length)``; the best
-    ``beam_size`` others keep running. A sentence stops when it has ``beam_size`` finished hypotheses or
-    reaches its length limit (:func:`max_output_lengths`; the running ones then count as finished). The best
-    finished hypothesis wins. With ``beam_size=1`` this is exactly :func:`greedy_decode`.
+    The best finished hypothesis of each sentence wins, ranked by ``log P / lp(length)`` (``alpha`` in
+    ``[0, inf)``). With ``beam_size=1`` this is exactly :func:`greedy_decode`. ``on_step`` observes every
+    step (:class:`BeamStepRecord`).
 
     Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
     ``(ids, scores)`` (the flag is a literal at each call site, so the type is known statically).
     """
-    src = _check_inputs(model, src, max_extra_len, bos_id, eos_id)
+    src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
     check_positive_int("beam_size", beam_size)
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha < float("inf"):
         raise ValueError(f"alpha must be a finite non-negative number, got {alpha!r}")
+    alpha = float(alpha)
+    best = _beam(model, src, beam_size, alpha, max_extra_len, bos_id, eos_id, on_step=on_step)
+    tokens = [list(hypothesis.tokens) for hypothesis in best]
+    return (tokens, [hypothesis.score(alpha) for hypothesis in best]) if return_scores else tokens
+
+
+def _beam(
+    model: Transformer,
+    src: torch.Tensor,
+    beam_size: int,
+    alpha: float,
+    max_extra_len: int,
+    bos_id: int,
+    eos_id: int,
+    on_step: Callable[[BeamStepRecord], None] | None = None,
+) -> list[Finished]:
+    """:func:`beam_search` on checked inputs: the best finished hypothesis per sentence."""
     with eval_mode(model):
-        finished = _beam_search(model, src, beam_size, float(alpha), max_extra_len, bos_id, eos_id)
-    best = [hypotheses.best() for hypotheses in finished]
-    tokens = [tokens for _, tokens in best]
-    return (tokens, [score for score, _ in best]) if return_scores else tokens
+        step = model_step(model, src, bos_id=bos_id, copies=beam_size)
+        limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
+        finished = search_beam(
+            step, limits, beam_size, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step
+        )
+    return [best_hypothesis(hypotheses, alpha) for hypotheses in finished]
 
 
-def _beam_search(
-    model: Transformer, src: torch.Tensor, k: int, alpha: float, max_extra_len: int, bos_id: int, eos_id: int
-) -> list[_Hypotheses]:
-    """The search loop. Rows are ``sentence * k + beam`` for the sentences still ``running``."""
-    memory, src_mask = model.encode(src)
-    limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
-    memory, src_mask = memory.repeat_interleave(k, dim=0), src_mask.repeat_interleave(k, dim=0)
-    finished = [_Hypotheses(k) for _ in range(src.shape[0])]
-    running = list(range(src.shape[0]))
-    scores = torch.full((len(running), k), float("-inf"), device=src.device)
-    scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step has no duplicates
-    tokens = src.new_full((len(running) * k, 1), bos_id)  # <bos> + generated tokens, per row
-    cache = model.new_cache()
-    step = 0
-    while running:
-        step += 1
-        log_probs = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache, bos_id)
-        cand_scores, cand_beams, cand_tokens = _top_candidates(scores, log_probs, k)
-        _finish_eos(finished, running, cand_scores, cand_beams, cand_tokens, tokens, k, eos_id, step, alpha)
-        scores, rows, new_tokens = _next_beams(cand_scores, cand_beams, cand_tokens, k, eos_id)
-        tokens = torch.cat([tokens[rows], new_tokens.reshape(-1, 1)], dim=1)
-        cache.reorder(rows, include_cross=False)  # rows stay within their sentence: cross keys are equal
-        keep = _stop_or_keep(finished, running, scores, tokens, limits, k, step, alpha)
-        if len(keep) < len(running):
-            index = torch.tensor(keep, dtype=torch.long, device=src.device)
-            rows = (index[:, None] * k + torch.arange(k, device=src.device)).reshape(-1)
-            cache.reorder(rows)
-            memory, src_mask, tokens, scores = memory[rows], src_mask[rows], tokens[rows], scores[index]
-            running = [running[i] for i in keep]
-    return finished
-
-
-def _top_candidates(scores: torch.Tensor, log_probs: torch.Tensor, k: int):
-    """The ``2k`` best one-token extensions per sentence, best first.
-
-    ``scores [sentences, k]`` (summed log-probabilities of the running beams), ``log_probs [sentences * k,
-    vocab]`` -> ``(scores, beam index, token)``, each ``[sentences, 2k]``.
-    """
-    vocab = log_probs.shape[-1]
-    total = (scores[:, :, None] + log_probs.view(scores.shape[0], k, vocab)).view(scores.shape[0], k * vocab)
-    top_scores, top_index = total.topk(min(2 * k, k * vocab), dim=-1)
-    return top_scores, top_index // vocab, top_index % vocab
-
-
-def _finish_eos(finished, running, cand_scores, cand_beams, cand_tokens, tokens, k, eos_id, step, alpha) -> None:
-    """Record ``<eos>`` extensions ranked among the first ``k`` as finished hypotheses (best first)."""
-    is_eos = (cand_tokens[:, :k] == eos_id) & torch.isfinite(cand_scores[:, :k])
-    if not bool(is_eos.any()):
-        return
-    penalty = length_penalty(step, alpha)
-    for sentence_row, rank in is_eos.nonzero().tolist():
-        row = sentence_row * k + int(cand_beams[sentence_row, rank])
-        score = float(cand_scores[sentence_row, rank]) / penalty
-        finished[running[sentence_row]].add(score, tokens[row, 1:].tolist())
-
-
-def _next_beams(cand_scores, cand_beams, cand_tokens, k: int, eos_id: int):
-    """The ``k`` best candidates that do not end in ``<eos>``.
-
-    Returns ``(scores [sentences, k], source rows [sentences * k], tokens [sentences, k])``.
-    """
-    masked = cand_scores.masked_fill(cand_tokens == eos_id, float("-inf"))
-    scores, position = masked.topk(k, dim=-1)
-    beams, tokens = cand_beams.gather(1, position), cand_tokens.gather(1, position)
-    rows = (torch.arange(scores.shape[0], device=scores.device)[:, None] * k + beams).reshape(-1)
-    return scores, rows, tokens
-
-
-def _stop_or_keep(finished, running, scores, tokens, limits, k, step, alpha) -> list[int]:
-    """Indices (into ``running``) of the sentences that go on; those at their length limit finish their
-    running beams first."""
-    keep = []
-    for i, sentence in enumerate(running):
-        hypotheses = finished[sentence]
-        if hypotheses.full:
-            continue
-        if step >= limits[sentence]:
-            penalty = length_penalty(step, alpha)
-            for beam in range(k):
-                if torch.isfinite(scores[i, beam]):
-                    hypotheses.add(float(scores[i, beam]) / penalty, tokens[i * k + beam, 1:].tolist(), force=True)
-            continue
-        keep.append(i)
-    return keep
-
-
+# ---------------------------------------------------------------------------------------------------------
+# Scoring a given output, and translating
+# ---------------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def score_hypotheses(
     model: Transformer,
@@ -327,19 +576,29 @@ def score_hypotheses(
     same rules as the searches (``<pad>`` and ``<bos>`` are never generated), so it reproduces the scores
     that :func:`beam_search` reports for hypotheses that end in ``<eos>``.
     """
-    src = _check_inputs(model, src, 0, bos_id, eos_id)
-    if len(hypotheses) != src.shape[0]:
-        raise ValueError(f"hypotheses must hold one list per source sentence ({src.shape[0]}), got {len(hypotheses)}")
+    src = check_search_inputs(model, src, bos_id=bos_id, eos_id=eos_id)
+    rows = [list(h) for h in hypotheses]
+    if len(rows) != src.shape[0]:
+        raise ValueError(f"hypotheses must hold one list per source sentence ({src.shape[0]}), got {len(rows)}")
     pad = model.config.pad_id
-    tgt_in = pad_sequences([[bos_id, *h] for h in hypotheses], pad).to(src.device)
-    tgt_out = pad_sequences([[*h, eos_id] for h in hypotheses], pad).to(src.device)
+    tgt_in = pad_sequences([[bos_id, *h] for h in rows], pad).to(src.device)
+    tgt_out = pad_sequences([[*h, eos_id] for h in rows], pad).to(src.device)
     with eval_mode(model):
-        logits = model(src, tgt_in).float()
+        memory, src_mask = model.encode_unchecked(src)
+        logits = model.decode_unchecked(tgt_in, memory, src_mask).float()
     logits[..., pad] = float("-inf")
     logits[..., bos_id] = float("-inf")
     log_probs = F.log_softmax(logits, dim=-1).gather(-1, tgt_out[..., None]).squeeze(-1)
     log_probs = log_probs.masked_fill(tgt_out == pad, 0.0).sum(dim=1)
-    return [float(lp) / float(length_penalty(len(h) + 1, alpha)) for lp, h in zip(log_probs, hypotheses)]
+    return [float(lp) / float(length_penalty(len(h) + 1, alpha)) for lp, h in zip(log_probs, rows)]
+
+
+def _check_translation_options(model: object, beam_size: object, batch_size: object) -> None:
+    """The checks of :func:`translate` and :func:`translate_ids`."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("beam_size", beam_size)
 
 
 def translate(
@@ -362,19 +621,12 @@ def translate(
     """
     if isinstance(sentences, str):
         raise TypeError("sentences must be a list of strings, got a single string")
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("beam_size", beam_size)
+    if not isinstance(tgt_tokenizer, Tokenizer):
+        raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
+    bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
+    _check_translation_options(model, beam_size, batch_size)
     sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
-    ids = translate_ids(
-        model,
-        sources,
-        beam_size=beam_size,
-        alpha=alpha,
-        batch_size=batch_size,
-        device=device,
-        bos_id=tgt_tokenizer.bos_id,
-        eos_id=tgt_tokenizer.eos_id,
-    )
+    ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id)
     return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
 
 
@@ -395,25 +647,40 @@ def translate_ids(
     by length into batches of ``batch_size``, decoded with beam search (``beam_size=1``: greedy search) on
     ``device`` (default: where the model is), and returned without ``<bos>``/``<eos>``.
     """
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("beam_size", beam_size)
+    _check_translation_options(model, beam_size, batch_size)
     rows = [list(ids) for ids in sources]
     for i, row in enumerate(rows):
         if not row:
             raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
+    return _decode_sources(model, rows, beam_size, alpha, batch_size, device, bos_id, eos_id)
+
+
+def _decode_sources(
+    model: Transformer,
+    rows: list[list[int]],
+    beam_size: int,
+    alpha: float,
+    batch_size: int,
+    device: torch.device | str | None,
+    bos_id: int,
+    eos_id: int,
+) -> list[list[int]]:
+    """Decode checked source id lists in length-sorted batches; the outputs in the order of ``rows``."""
     device = resolve_device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in rows]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
-        if beam_size == 1:
-            hypotheses = greedy_decode(model, src, bos_id=bos_id, eos_id=eos_id)
-        else:
-            hypotheses = beam_search(model, src, beam_size=beam_size, alpha=alpha, bos_id=bos_id, eos_id=eos_id)
-        for i, hypothesis in zip(chunk, hypotheses):
-            outputs[i] = hypothesis
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
+            if beam_size == 1:
+                hypotheses = _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
+            else:
+                best = _beam(model, src, beam_size, alpha, _MAX_EXTRA_LEN, bos_id, eos_id)
+                hypotheses = [list(hypothesis.tokens) for hypothesis in best]
+            for i, hypothesis in zip(chunk, hypotheses):
+                outputs[i] = hypothesis
     return outputs
 
 

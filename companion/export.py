@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
-from .decode import max_output_lengths, record_greedy_step
+from .decode import max_output_lengths, search_greedy
 from .model import Transformer, eval_mode
 
-__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "load_onnx", "onnx_greedy_decode", "ONNX_OPSET"]
+__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "load_onnx", "OnnxStep", "onnx_greedy_decode", "ONNX_OPSET"]
 
 ONNX_OPSET = 18
 
@@ -45,8 +45,9 @@ class EncoderGraph(nn.Module):
     """``src_ids [batch, src_len]`` -> ``(memory [batch, src_len, d_model], encoder_attention [layers, batch,
     heads, src_len, src_len])``: :meth:`~companion.model.Transformer.encode` with every layer's weights stacked.
 
-    Skips the host-side id check of ``encode`` (a data-dependent ``.item()`` that graph capture cannot follow):
-    callers of the exported graph must pass ids inside the source vocabulary.
+    Uses :meth:`~companion.model.Transformer.encode_unchecked` (the id check of ``encode`` reads the ids back to
+    the host, which graph capture cannot follow): callers of the exported graph must pass ids inside the source
+    vocabulary.
     """
 
     def __init__(self, model: Transformer) -> None:
@@ -54,7 +55,7 @@ class EncoderGraph(nn.Module):
         self.model = model
 
     def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        memory, _, maps = self.model._encode(src_ids, need_weights=True)
+        memory, _, maps = self.model.encode_unchecked(src_ids, need_weights=True)
         return memory, torch.stack(maps)
 
 
@@ -63,7 +64,8 @@ class DecoderGraph(nn.Module):
 
     Returns ``(logits [batch, tgt_vocab], log_probs [batch, tgt_vocab], self_attention [layers, batch, heads,
     tgt_len, tgt_len], cross_attention [layers, batch, heads, tgt_len, src_len])``; ``logits`` are the last
-    position's, with ``<pad>`` and ``<bos>`` set to -inf (they are never generated).
+    position's (the only one projected onto the vocabulary), with ``<pad>`` and ``<bos>`` set to -inf (they
+    are never generated).
     """
 
     def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
@@ -78,7 +80,7 @@ class DecoderGraph(nn.Module):
         self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         src_mask = (src_ids != self.model.config.pad_id)[:, None, None, :]
-        all_logits, maps = self.model._decode(tgt_ids, memory, src_mask, need_weights=True)
+        all_logits, maps = self.model.decode_unchecked(tgt_ids, memory, src_mask, need_weights=True, last_only=True)
         logits = all_logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
         self_attention = torch.stack([weights for weights, _ in maps])
         cross_attention = torch.stack([weights for _, weights in maps])
@@ -181,6 +183,23 @@ def load_onnx(directory: str | os.PathLike, *, threads: int = 1) -> dict[str, An
     return sessions
 
 
+class OnnxStep:
+    """A step function (:class:`companion.decode.DecoderStep`) over the exported decoder graph: each step feeds the
+    whole prefix ``[rows, t]`` (the graph has no cache) with each row's ``memory`` and source ids."""
+
+    def __init__(self, decoder: Any, memory: np.ndarray, src: np.ndarray) -> None:
+        self.decoder, self.memory, self.src = decoder, memory, src
+
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        feeds = {"tgt_ids": prefixes.numpy(), "memory": self.memory, "src_ids": self.src}
+        return torch.from_numpy(self.decoder.run(["logits"], feeds)[0])  # <pad>, <bos> at -inf in the graph
+
+    def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        if not same_sources:
+            index = rows.numpy()
+            self.memory, self.src = self.memory[index], self.src[index]
+
+
 def onnx_greedy_decode(
     sessions: dict[str, Any],
     sources: Sequence[Sequence[int]],
@@ -192,25 +211,14 @@ def onnx_greedy_decode(
 ) -> list[list[int]]:
     """Greedy search over the exported graphs for a batch of sources (id lists ending in ``<eos>``).
 
-    The same rules as :func:`companion.decode.greedy_decode` (length limit ``source length + max_extra_len``,
-    capped at the model's ``max_len``; output ids without ``<bos>``/``<eos>``), with the whole prefix fed to the
-    decoder graph at every step. ``sessions`` come from :func:`load_onnx`.
+    :func:`companion.decode.search_greedy` (the same search as :func:`companion.decode.greedy_decode`: length
+    limit ``source length + max_extra_len``, capped at the model's ``max_len``; output ids without
+    ``<bos>``/``<eos>``) over an :class:`OnnxStep`. ``sessions`` come from :func:`load_onnx`.
     """
     if not sources:
         return []
-    src_tensor = pad_sequences([list(ids) for ids in sources], PAD_ID)
-    src = src_tensor.numpy()
-    limits = max_output_lengths(src_tensor, PAD_ID, max_extra_len, max_len)
-    memory = sessions["encoder"].run(["memory"], {"src_ids": src})[0]
-    tgt = np.full((len(sources), 1), bos_id, dtype=np.int64)
-    outputs: list[list[int]] = [[] for _ in sources]
-    running = list(range(len(sources)))  # sentence index of each row still decoding
-    while running:
-        logits = sessions["decoder"].run(["logits"], {"tgt_ids": tgt, "memory": memory, "src_ids": src})[0]
-        tokens = logits.argmax(axis=-1)  # first index among equal maxima, like torch.argmax
-        keep = record_greedy_step(torch.from_numpy(tokens), running, outputs, limits, eos_id)
-        tgt = np.concatenate([tgt, tokens[:, None].astype(np.int64)], axis=1)
-        if len(keep) < len(running):  # finished rows leave the batch, as in greedy_decode
-            tgt, memory, src = tgt[keep], memory[keep], src[keep]
-            running = [running[row] for row in keep]
-    return outputs
+    src = pad_sequences([list(ids) for ids in sources], PAD_ID)
+    limits = max_output_lengths(src, PAD_ID, max_extra_len, max_len)
+    memory = sessions["encoder"].run(["memory"], {"src_ids": src.numpy()})[0]
+    step = OnnxStep(sessions["decoder"], memory, src.numpy())
+    return search_greedy(step, limits, bos_id=bos_id, eos_id=eos_id)

@@ -400,7 +400,7 @@ class Transformer(nn.Module):
         With ``need_weights`` a third element lists each encoder layer's weights ``[batch, heads, n, n]``.
         """
         check_token_ids("src", src, self.config.src_vocab_size)
-        return self._encode(src, need_weights)
+        return self.encode_unchecked(src, need_weights)
 
     @overload
     def decode(
@@ -450,7 +450,7 @@ class Transformer(nn.Module):
                     f"src_mask must be the boolean key-padding mask [batch, 1, 1, n] = {list(expected)} that "
                     f"encode() returns, got {src_mask.dtype} of shape {list(src_mask.shape)}"
                 )
-        return self._decode(tgt, memory, src_mask, cache, need_weights)
+        return self.decode_unchecked(tgt, memory, src_mask, cache, need_weights)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits ``[batch, tgt_len, tgt_vocab]`` for ``src [batch, n]``, ``tgt [batch, t]``."""
@@ -458,22 +458,37 @@ class Transformer(nn.Module):
         check_token_ids("tgt", tgt, self.config.tgt_vocab_size)
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(f"src and tgt must have the same batch size, got {src.shape[0]} and {tgt.shape[0]}")
-        memory, src_mask = self._encode(src)
-        return self._decode(tgt, memory, src_mask)
+        memory, src_mask = self.encode_unchecked(src)
+        return self.decode_unchecked(tgt, memory, src_mask)
 
-    def _encode(self, src: torch.Tensor, need_weights: bool = False):
+    # -- the same without the argument checks ---------------------------------------------------------
+    def encode_unchecked(self, src: torch.Tensor, need_weights: bool = False):
+        """:meth:`encode` without checking ``src``: for callers that checked it once already, and for graph
+        capture (the id range check reads the ids back to the host, which ``torch.export`` cannot follow)."""
         src_mask = padding_mask(src, self.config.pad_id)
         x = self.src_pos(self.src_embed(src) * math.sqrt(self.config.d_model))
         memory, maps = self.encoder(x, src_mask, need_weights)
         return (memory, src_mask, maps) if need_weights else (memory, src_mask)
 
-    def _decode(self, tgt, memory, src_mask=None, cache: KVCache | None = None, need_weights: bool = False):
+    def decode_unchecked(
+        self,
+        tgt,
+        memory,
+        src_mask=None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        *,
+        last_only: bool = False,
+    ):
+        """:meth:`decode` without checking its arguments, for the callers of :meth:`encode_unchecked` (a search
+        checks its inputs once, not at every step). ``last_only`` projects only the last position onto the
+        vocabulary (logits ``[batch, 1, tgt_vocab]``): all a search needs from a whole prefix."""
         start = 0 if cache is None else cache.length
         y = self.tgt_pos(self.tgt_embed(tgt) * math.sqrt(self.config.d_model), start)
         y, maps = self.decoder(y, memory, src_mask, cache, need_weights)
         if cache is not None:
             cache.length += tgt.shape[1]
-        logits = self.generator(y)
+        logits = self.generator(y[:, -1:] if last_only else y)
         return (logits, maps) if need_weights else logits
 
     # -- conveniences --------------------------------------------------------------------------------

@@ -12,11 +12,15 @@ from companion import KVCache, Transformer, TransformerConfig
 from companion.attention import padding_mask
 from companion.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
 from companion.decode import (
+    BeamStepRecord,
+    GreedyStepRecord,
     beam_search,
     greedy_decode,
     length_penalty,
     max_output_lengths,
     score_hypotheses,
+    search_beam,
+    search_greedy,
     translate,
     translate_ids,
 )
@@ -128,6 +132,111 @@ def test_max_output_length_is_input_length_plus_50_capped_by_the_model():
     assert max_output_lengths(src, PAD_ID, 50, 40) == [40, 40]
 
 
+# -- the step functions and the observer ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["random", "copy"])
+def test_greedy_without_the_cache_picks_the_same_tokens(which):
+    model = random_model() if which == "random" else copy_model()
+    src = _sources(9, seed=6, vocab=model.config.src_vocab_size, max_len=COPY_MAX_LEN)
+    assert greedy_decode(model, src, max_extra_len=7, use_cache=False) == greedy_decode(model, src, max_extra_len=7)
+
+
+def test_the_recompute_baseline_projects_only_the_last_position():
+    """Recomputing the prefix must not also recompute the output layer over every position (issue 24, item 1)."""
+    model = random_model()
+    src = _sources(4, seed=7, vocab=model.config.src_vocab_size)
+    shapes = []
+    handle = model.generator.register_forward_hook(lambda module, args, out: shapes.append(tuple(args[0].shape)))
+    try:
+        greedy_decode(model, src, max_extra_len=5, use_cache=False)
+    finally:
+        handle.remove()
+    assert len(shapes) > 3 and all(shape[1] == 1 for shape in shapes), shapes
+
+
+def test_the_source_ids_are_checked_once_not_at_every_step(monkeypatch):
+    """``check_token_ids`` reads the ids' extremes back to the host (a device sync): once per call, at the entry."""
+    model = random_model()
+    src = _sources(3, seed=8, vocab=model.config.src_vocab_size)
+    calls = []
+    real = torch.aminmax
+    monkeypatch.setattr(torch, "aminmax", lambda *a, **k: calls.append(1) or real(*a, **k))
+    steps = []
+    greedy_decode(model, src, max_extra_len=6, on_step=steps.append)
+    assert len(steps) > 2 and len(calls) == 1
+    calls.clear()
+    beam_search(model, src, beam_size=3, max_extra_len=6)
+    assert len(calls) == 1
+
+
+def test_the_greedy_observer_sees_every_step():
+    model = random_model()
+    src = _sources(6, seed=9, vocab=model.config.src_vocab_size)
+    records: list[GreedyStepRecord] = []
+    outputs = greedy_decode(model, src, max_extra_len=6, on_step=records.append)
+    assert [r.step for r in records] == list(range(1, len(records) + 1))
+    rebuilt: list[list[int]] = [[] for _ in outputs]
+    for record in records:
+        assert record.logits.shape == (len(record.sentences), model.config.tgt_vocab_size)
+        assert record.tokens.tolist() == record.logits.argmax(-1).tolist()
+        for sentence, token in zip(record.sentences, record.tokens.tolist()):
+            assert len(rebuilt[sentence]) == record.step - 1  # a sentence is seen at every step until it ends
+            rebuilt[sentence].append(token)
+    # each sentence's tokens, up to its <eos> (not part of the output), are the output
+    assert [r[:-1] if r[-1] == EOS_ID else r for r in rebuilt] == outputs
+    assert records[0].sentences == list(range(6))  # every sentence takes part in the first step
+
+
+def test_the_beam_observer_sees_every_step_and_every_finished_hypothesis():
+    model = random_model()
+    src = _sources(5, seed=10, vocab=model.config.src_vocab_size)
+    k = 3
+    records: list[BeamStepRecord] = []
+    tokens, scores = beam_search(
+        model, src, beam_size=k, alpha=0.6, max_extra_len=4, return_scores=True, on_step=records.append
+    )
+    assert [r.step for r in records] == list(range(1, len(records) + 1))
+    limits = max_output_lengths(src, PAD_ID, 4, model.config.max_len)
+    assert len(records) == max(limits) or all(len(r.sentences) for r in records)
+    finished: list[list] = [[] for _ in range(5)]
+    for record in records:
+        groups = len(record.sentences)
+        assert record.candidates.scores.shape == (groups, 2 * k)
+        assert record.parents.shape == (groups * k, record.step) and record.prefixes.shape == (
+            groups * k,
+            record.step + 1,
+        )
+        for group, sentence in enumerate(record.sentences):
+            finished[sentence] += record.finished[group]
+    # the best of what the observer saw finish is what the search returns
+    for sentence in range(5):
+        best = max(finished[sentence], key=lambda h: h.score(0.6))
+        assert list(best.tokens) == tokens[sentence] and best.score(0.6) == pytest.approx(scores[sentence])
+
+
+def test_the_searches_run_over_any_step_function():
+    """A step function that ignores the source: the next token is always (last token + 1), then <eos> after 7."""
+    vocab = 10
+
+    class Counting:
+        def __call__(self, prefixes):
+            logits = torch.full((prefixes.shape[0], vocab), -5.0)
+            last = prefixes[:, -1]
+            following = torch.where(last == BOS_ID, torch.tensor(4), last + 1).clamp(max=vocab - 1)
+            following = torch.where(last >= 7, torch.tensor(EOS_ID), following)
+            logits[torch.arange(prefixes.shape[0]), following] = 5.0
+            logits[:, [PAD_ID, BOS_ID]] = float("-inf")
+            return logits
+
+        def select(self, rows, *, same_sources=False):
+            pass
+
+    assert search_greedy(Counting(), [10, 2]) == [[4, 5, 6, 7], [4, 5]]
+    finished = search_beam(Counting(), [10, 2], 2)
+    assert [list(max(f, key=lambda h: h.score(0.6)).tokens) for f in finished] == [[4, 5, 6, 7], [4, 5]]
+
+
 # -- a scripted model where greedy search is provably suboptimal ----------------------------------------------
 
 A, B = 4, 5
@@ -163,13 +272,13 @@ class _ScriptedModel(Transformer):
             )
         )
 
-    def encode(self, src, need_weights=False):
+    def encode_unchecked(self, src, need_weights=False):
         return torch.zeros(src.shape[0], src.shape[1], 4), padding_mask(src, PAD_ID)
 
     def new_cache(self):
         return _HistoryCache()
 
-    def decode(self, tgt, memory, src_mask=None, cache=None, need_weights=False):
+    def decode_unchecked(self, tgt, memory, src_mask=None, cache=None, need_weights=False, *, last_only=False):
         cache.history = tgt if cache.history is None else torch.cat([cache.history, tgt], dim=1)
         cache.length = cache.history.shape[1]
         probs = torch.full((tgt.shape[0], 6), 1e-9)
