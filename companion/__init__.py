@@ -1,17 +1,23 @@
 """companion: the tested Transformer package that accompanies the book *Attention, Executed*.
 
-The top level holds the reusable library only, in the order of the book:
+The package has three layers; each imports only from the ones below it.
 
-* attention and masks (chapters 2-4): :func:`scaled_dot_product_attention`, :func:`fast_attention`,
-  :func:`causal_mask`, :func:`padding_mask`, :class:`MultiHeadAttention`, :class:`AttentionCache`;
-* positional encodings (chapter 5);
-* the encoder-decoder model (the Transformer assembled): :class:`TransformerConfig`, :class:`Transformer` and
-  its layers;
-* data, training, checkpoints (the training chapter), decoding and evaluation (the decoding chapter).
+1. **The library** (this top level, and every module directly under ``companion/``), in the order of the book:
+   attention and masks (chapters 2-4: :func:`scaled_dot_product_attention`, :func:`fast_attention`,
+   :func:`causal_mask`, :func:`padding_mask`, :class:`MultiHeadAttention`, :class:`AttentionCache`), positional
+   encodings (chapter 5), the encoder-decoder model (:class:`TransformerConfig`, :class:`Transformer` and its
+   layers), data, training, checkpoints and the pretrained model (the training chapter), decoding and evaluation
+   (the decoding chapter), and the errors, all under :class:`CompanionError`. Plots (:mod:`companion.plots`),
+   devices (:mod:`companion.devices`) and the ONNX export (:mod:`companion.export`) are imported from their
+   modules.
+2. **The runs** (:mod:`companion.runs`, and the command line ``companion train|translate|evaluate`` in
+   :mod:`companion.cli`): one configured run, its output folder and its lock.
+3. **The book's tooling** (:mod:`companion.book`): the chapters' experiment code (small RNNs, language models,
+   probes, ...) in :mod:`companion.book.experiments` and the website's widgets in
+   :mod:`companion.book.interactive`.
 
-The book's own tooling lives apart, in :mod:`companion.book`: the chapters' experiment code (small RNNs, language
-models, probes, ...) in :mod:`companion.book.experiments` and the website's widgets in
-:mod:`companion.book.interactive`. ``import companion`` does not load them, and nothing in the library imports them.
+``import companion`` loads the library only; nothing in the library imports the runs or the book, and
+``tests/unit/test_layers.py`` checks that.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._validation import check_id_list, check_number, check_positive_int
@@ -42,8 +43,6 @@ def token_labels(tokenizer: Tokenizer, ids: Sequence[int] | torch.Tensor) -> lis
 
 def _as_heads_array(weights: object):
     """``weights`` as a float numpy array ``[heads, q_len, k_len]`` (TypeError/ValueError otherwise)."""
-    import numpy as np
-
     if isinstance(weights, torch.Tensor):
         array = weights.detach().float().cpu().numpy()
     elif isinstance(weights, np.ndarray):

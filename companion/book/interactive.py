@@ -199,8 +199,17 @@ def _no_duplicates(name: str, values: Sequence[Any]) -> None:
             raise ValueError(f"site[{name!r}] lists {value!r} twice")
 
 
+def _option_pairs(options: Any) -> list[tuple[str, Any]]:
+    """``(label, value)`` of each option, read from the public ``options`` as ipywidgets documents it: a mapping
+    label -> value, a sequence of ``(label, value)`` pairs, or a sequence of values (labelled ``str(value)``)."""
+    items = list(options.items() if isinstance(options, Mapping) else options)
+    if all(isinstance(item, (list, tuple)) and len(item) == 2 for item in items):
+        return [(str(text), value) for text, value in items]
+    return [(str(value), value) for value in items]
+
+
 def _selection_control(name: str, label: str, control: Any, chosen: Sequence[Any] | None) -> SiteControl:
-    options = list(zip(control._options_labels, control._options_values))
+    options = _option_pairs(control.options)
     if chosen is None:
         picked = options
     else:
@@ -213,7 +222,7 @@ def _selection_control(name: str, label: str, control: Any, chosen: Sequence[Any
                 )
         picked = [(text, v) for text, v in options if any(v == value for value in chosen)]
     values = tuple(v for _, v in picked)
-    current = control._options_values[control.index] if control.index is not None else None
+    current = options[control.index][1] if control.index is not None else None
     initial = _initial_index(name, values, current, repr(current))
     kind = _HTML_KIND.get(type(control).__name__, "range")
     return SiteControl(name, label, kind, values, tuple(text for text, _ in picked), initial, len(options))

@@ -14,7 +14,7 @@ Every public name is importable from ``companion.data`` directly.
 """
 
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
-from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, DataUnavailableError, load_multi30k  # noqa: F401 (the error: companion.errors)
+from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, load_multi30k
 from .synthetic import SYNTHETIC_TASKS, synthetic_pairs
 from .tokenizers import (
     BOS,

@@ -40,7 +40,7 @@ try:  # Python >= 3.11
 except ImportError:  # Python 3.10
     import sre_parse  # type: ignore[no-redef]
 
-from .tokenizers import _spacy_tokenizer
+from .tokenizers import spacy_tokenizer
 
 __all__ = ["RULES_FORMAT", "spacy_tokenizer_rules", "python_regex_to_js"]
 
@@ -71,7 +71,7 @@ def spacy_tokenizer_rules(language: str) -> dict[str, Any]:
     import spacy
     from spacy.attrs import ORTH, intify_attrs
 
-    tokenizer = _spacy_tokenizer(language)
+    tokenizer = spacy_tokenizer(language)
     rules: dict[str, Any] = {
         "format": RULES_FORMAT,
         "language": language,

@@ -149,7 +149,7 @@ _SPACY_LANGUAGE_PACKAGES = {
 
 
 @cache
-def _spacy_tokenizer(language: str):
+def spacy_tokenizer(language: str):
     """spaCy's rule-based tokenizer for ``language`` (``spacy.blank``: no trained model, no download).
 
     A code spaCy does not know is a ValueError naming it; a language whose tokenizer needs an extra package
@@ -212,7 +212,7 @@ class WordTokenizer(Tokenizer):
         self.glue_left = frozenset(glue_left)
         self.glue_right = frozenset(glue_right)
         self.min_freq = min_freq
-        self._tokenizer = _spacy_tokenizer(language)
+        self._tokenizer = spacy_tokenizer(language)
 
     # -- building -------------------------------------------------------------------------------------------
     @classmethod
@@ -229,7 +229,7 @@ class WordTokenizer(Tokenizer):
         check_positive_int("min_freq", min_freq)
         if max_size is not None:
             check_integer("max_size (None, or more than the special tokens)", max_size, minimum=len(SPECIAL_TOKENS) + 1)
-        counts, neighbours, touching = _count_tokens_and_glue(_spacy_tokenizer(language), texts)
+        counts, neighbours, touching = _count_tokens_and_glue(spacy_tokenizer(language), texts)
         ranked = sorted(
             (t for t, c in counts.items() if c >= min_freq and t not in SPECIAL_TOKENS), key=lambda t: (-counts[t], t)
         )

@@ -19,7 +19,6 @@ from companion.data import (
     SPECIAL_TOKENS,
     UNK_ID,
     Batch,
-    DataUnavailableError,
     SubwordTokenizer,
     Tokenizer,
     WordTokenizer,
@@ -29,6 +28,7 @@ from companion.data import (
     synthetic_pairs,
     tokenizer_from_dict,
 )
+from companion.errors import DataUnavailableError
 
 REPO = Path(__file__).resolve().parents[2]
 ENGLISH = [
@@ -357,8 +357,8 @@ def test_offline_mode_fails_without_touching_the_network_and_with_instructions(t
         "import socket\nattempts = []\n"
         "def refuse(*args, **kwargs):\n    attempts.append(args)\n    raise OSError('no network in this test')\n"
         "socket.socket.connect = refuse\nsocket.create_connection = refuse\nsocket.getaddrinfo = refuse\n"
-        "import companion.data as d\n"
-        "try:\n    d.load_multi30k()\nexcept d.DataUnavailableError as e:\n"
+        "import companion.data as d\nfrom companion.errors import DataUnavailableError\n"
+        "try:\n    d.load_multi30k()\nexcept DataUnavailableError as e:\n"
         "    print('ERROR', len(attempts), e)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
