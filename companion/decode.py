@@ -36,13 +36,14 @@ from typing import Literal, Protocol, overload
 import torch
 import torch.nn.functional as F
 
-from ._validation import check_bool, check_positive_int, check_token_ids
+from ._validation import check_bool, check_id_list, check_integer, check_number, check_positive_int, check_token_ids
 from .data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
 from .devices import resolve_device
 from .errors import NonFiniteOutputError
 from .model import Transformer, eval_mode
 
 __all__ = [
+    "MAX_ALPHA",
     "length_penalty",
     "max_output_lengths",
     "check_search_inputs",
@@ -66,6 +67,10 @@ __all__ = [
     "translate_ids",
 ]
 
+# The largest length-penalty alpha accepted (here and by the command line's --alpha): the paper tuned alpha in
+# [0.6, 1.0]; far above that the penalty ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis
+# (and from alpha ~ 320 it overflows a float).
+MAX_ALPHA = 10.0
 _MAX_EXTRA_LEN = 50  # the paper's length limit: input length + 50 (the searches' default)
 
 
@@ -95,12 +100,17 @@ def check_search_inputs(
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     src = check_token_ids("src", src, model.config.src_vocab_size)
-    if isinstance(max_extra_len, bool) or not isinstance(max_extra_len, int) or max_extra_len < 0:
-        raise ValueError(f"max_extra_len must be a non-negative integer, got {max_extra_len!r}")
+    check_integer("max_extra_len", max_extra_len, minimum=0)
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if not 0 <= value < model.config.tgt_vocab_size:  # type: ignore[operator]
-            raise ValueError(f"{name} must be a target token id in [0, {model.config.tgt_vocab_size}), got {value}")
+        check_integer(f"{name} (a target token id)", value, minimum=0, maximum=model.config.tgt_vocab_size - 1)
     return src
+
+
+def _check_id_lists(name: str, rows: object, vocab_size: int) -> list[list[int]]:
+    """Check a sequence of token-id lists (one per sentence); each is checked by ``check_id_list``."""
+    if isinstance(rows, (str, bytes, torch.Tensor)) or not isinstance(rows, Sequence):
+        raise TypeError(f"{name} must be a list of token-id lists (one per sentence), got {type(rows).__name__}")
+    return [check_id_list(f"{name}[{i}]", row, vocab_size) for i, row in enumerate(rows)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -521,7 +531,7 @@ def beam_search(
     """Beam search (:func:`search_beam`) for each sentence of ``src [batch, n]`` (right-padded), with the cache.
 
     The best finished hypothesis of each sentence wins, ranked by ``log P / lp(length)`` (``alpha`` in
-    ``[0, inf)``). With ``beam_size=1`` this is exactly :func:`greedy_decode`. ``on_step`` observes every
+    ``[0, MAX_ALPHA]``). With ``beam_size=1`` this is exactly :func:`greedy_decode`. ``on_step`` observes every
     step (:class:`BeamStepRecord`).
 
     Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
@@ -529,9 +539,7 @@ def beam_search(
     """
     src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
     check_positive_int("beam_size", beam_size)
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha < float("inf"):
-        raise ValueError(f"alpha must be a finite non-negative number, got {alpha!r}")
-    alpha = float(alpha)
+    alpha = check_number("alpha", alpha, low=0, high=MAX_ALPHA)
     best = _beam(model, src, beam_size, alpha, max_extra_len, bos_id, eos_id, on_step=on_step)
     tokens = [list(hypothesis.tokens) for hypothesis in best]
     return (tokens, [hypothesis.score(alpha) for hypothesis in best]) if return_scores else tokens
@@ -577,7 +585,8 @@ def score_hypotheses(
     that :func:`beam_search` reports for hypotheses that end in ``<eos>``.
     """
     src = check_search_inputs(model, src, bos_id=bos_id, eos_id=eos_id)
-    rows = [list(h) for h in hypotheses]
+    alpha = check_number("alpha", alpha, low=0, high=MAX_ALPHA)
+    rows = _check_id_lists("hypotheses", hypotheses, model.config.tgt_vocab_size)
     if len(rows) != src.shape[0]:
         raise ValueError(f"hypotheses must hold one list per source sentence ({src.shape[0]}), got {len(rows)}")
     pad = model.config.pad_id
@@ -593,12 +602,17 @@ def score_hypotheses(
     return [float(lp) / float(length_penalty(len(h) + 1, alpha)) for lp, h in zip(log_probs, rows)]
 
 
-def _check_translation_options(model: object, beam_size: object, batch_size: object) -> None:
-    """The checks of :func:`translate` and :func:`translate_ids`."""
+def _check_translation_options(
+    model: object, beam_size: object, alpha: object, batch_size: object, bos_id: object, eos_id: object
+) -> float:
+    """The checks of :func:`translate` and :func:`translate_ids`; returns ``alpha`` as a float."""
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     check_positive_int("batch_size", batch_size)
     check_positive_int("beam_size", beam_size)
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        check_integer(f"{name} (a target token id)", value, minimum=0, maximum=model.config.tgt_vocab_size - 1)
+    return check_number("alpha", alpha, low=0, high=MAX_ALPHA)
 
 
 def translate(
@@ -624,7 +638,7 @@ def translate(
     if not isinstance(tgt_tokenizer, Tokenizer):
         raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
     bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
-    _check_translation_options(model, beam_size, batch_size)
+    alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
     sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
     ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id)
     return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
@@ -647,8 +661,8 @@ def translate_ids(
     by length into batches of ``batch_size``, decoded with beam search (``beam_size=1``: greedy search) on
     ``device`` (default: where the model is), and returned without ``<bos>``/``<eos>``.
     """
-    _check_translation_options(model, beam_size, batch_size)
-    rows = [list(ids) for ids in sources]
+    alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
+    rows = _check_id_lists("sources", sources, model.config.src_vocab_size)
     for i, row in enumerate(rows):
         if not row:
             raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validation import check_integer
 from .data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from .decode import max_output_lengths, search_greedy
 from .model import Transformer, eval_mode
@@ -98,8 +99,7 @@ def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int
     """
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
-    if not 0 <= bos_id < model.config.tgt_vocab_size:
-        raise ValueError(f"bos_id must be a target token id in [0, {model.config.tgt_vocab_size}), got {bos_id}")
+    check_integer("bos_id (a target token id)", bos_id, minimum=0, maximum=model.config.tgt_vocab_size - 1)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device

@@ -12,6 +12,7 @@ from companion import KVCache, Transformer, TransformerConfig
 from companion.attention import padding_mask
 from companion.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
 from companion.decode import (
+    MAX_ALPHA,
     BeamStepRecord,
     GreedyStepRecord,
     beam_search,
@@ -235,6 +236,54 @@ def test_the_searches_run_over_any_step_function():
     assert search_greedy(Counting(), [10, 2]) == [[4, 5, 6, 7], [4, 5]]
     finished = search_beam(Counting(), [10, 2], 2)
     assert [list(max(f, key=lambda h: h.score(0.6)).tokens) for f in finished] == [[4, 5, 6, 7], [4, 5]]
+
+
+# -- arguments are checked once, at the entry ------------------------------------------------------------------
+
+
+def test_alpha_is_capped_at_the_command_line_limit():
+    """alpha above ~320 used to overflow in length_penalty (OverflowError); the API caps it as the CLI does."""
+    from companion.runs import MAX_ALPHA as CLI_MAX_ALPHA
+
+    assert CLI_MAX_ALPHA is MAX_ALPHA
+    model = random_model()
+    src = _sources(2, seed=11, vocab=model.config.src_vocab_size)
+    assert len(beam_search(model, src, beam_size=2, alpha=MAX_ALPHA, max_extra_len=3)) == 2
+    for alpha in (500.0, MAX_ALPHA + 0.1):
+        with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 10\]"):
+            beam_search(model, src, beam_size=2, alpha=alpha)
+        with pytest.raises(ValueError, match="alpha"):
+            translate_ids(model, [[5, EOS_ID]], alpha=alpha)
+        with pytest.raises(ValueError, match="alpha"):
+            score_hypotheses(model, src, [[5], [6]], alpha=alpha)
+
+
+@pytest.mark.parametrize("value", [2.5, True, -1, 19])
+@pytest.mark.parametrize("name", ["bos_id", "eos_id"])
+def test_token_id_arguments_must_be_target_token_ids(name, value):
+    model = random_model()  # 19 target tokens
+    src = _sources(2, seed=12, vocab=model.config.src_vocab_size)
+    pattern = rf"{name} \(a target token id\) must be an integer in \[0, 18\], got {value!r}"
+    with pytest.raises(ValueError, match=pattern):
+        greedy_decode(model, src, **{name: value})
+    with pytest.raises(ValueError, match=pattern):
+        beam_search(model, src, **{name: value})
+    with pytest.raises(ValueError, match=pattern):
+        translate_ids(model, [[5, EOS_ID]], **{name: value})
+
+
+def test_bad_sources_are_named():
+    model = random_model()
+    with pytest.raises(TypeError, match="sources must be a list of token-id lists"):
+        translate_ids(model, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sources must be a list of token-id lists"):
+        translate_ids(model, "ein Hund")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"sources\[0\] must be a sequence of integer token ids"):
+        translate_ids(model, [None])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"sources\[1\]"):
+        translate_ids(model, [[5, EOS_ID], ["5", EOS_ID]])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"sources\[0\] holds 99"):
+        translate_ids(model, [[99, EOS_ID]])
 
 
 # -- a scripted model where greedy search is provably suboptimal ----------------------------------------------
