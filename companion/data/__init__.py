@@ -9,12 +9,26 @@ One module per step, read in this order:
 3. :mod:`companion.data.batching`: ``encode_pairs``, ``make_batches`` into right-padded ``Batch`` tensors of
    about ``max_tokens`` tokens, and ``pad_sequences``.
 4. :mod:`companion.data.synthetic`: copy / reverse / sort tasks that need no data at all.
+5. :mod:`companion.data.corpus`: any parallel corpus (folder, files, TSV, Hugging Face dataset), streamed.
+6. :mod:`companion.data.store`: token ids on disk for corpora that do not fit in memory, and ``StoredBatches``.
 
 Every public name is importable from ``companion.data`` directly.
 """
 
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
+from .corpus import (
+    DatasetCorpus,
+    FileCorpus,
+    ParallelCorpus,
+    disk_corpus,
+    files_corpus,
+    folder_corpus,
+    hub_corpus,
+    json_corpus,
+    tsv_corpus,
+)
 from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, load_multi30k
+from .store import StoredBatches, TokenStore, prepare_store
 from .synthetic import SYNTHETIC_TASKS, synthetic_pairs
 from .tokenizers import (
     BOS,
@@ -56,4 +70,16 @@ __all__ = [
     "pad_sequences",
     "SYNTHETIC_TASKS",
     "synthetic_pairs",
+    "ParallelCorpus",
+    "FileCorpus",
+    "DatasetCorpus",
+    "folder_corpus",
+    "files_corpus",
+    "tsv_corpus",
+    "hub_corpus",
+    "disk_corpus",
+    "json_corpus",
+    "prepare_store",
+    "TokenStore",
+    "StoredBatches",
 ]
