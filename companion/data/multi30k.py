@@ -7,12 +7,10 @@ never yields empty pairs.
 
 from __future__ import annotations
 
-import gzip
 import os
 import socket
 import threading
 import warnings
-import zlib
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -72,54 +70,13 @@ def _find_file(folder: Path, stem: str, language: str) -> Path | None:
     return None
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of ``path``, decompressed if its name ends in ``.gz``; a :class:`~companion.errors.DataError`
-    naming the file for a truncated or corrupt gzip stream or one that is not gzip at all."""
-    try:
-        if path.suffix != ".gz":
-            return path.read_bytes()
-        with gzip.open(path, "rb") as handle:
-            return handle.read()
-    except gzip.BadGzipFile as error:
-        problem = (
-            "is not gzip-compressed (no gzip header); rename it without .gz if it is plain text"
-            if "Not a gzipped file" in str(error)
-            else f"is a corrupt gzip file ({error})"
-        )
-        raise DataError(f"data file {path} {problem}") from None
-    except EOFError:
-        raise DataError(
-            f"data file {path} is truncated: its gzip stream ends before the end marker "
-            "(an interrupted download or copy?); fetch it again"
-        ) from None
-    except zlib.error as error:
-        raise DataError(
-            f"data file {path} is a corrupt gzip file (the compressed data is damaged: {error}); fetch it again"
-        ) from None
-    except OSError as error:
-        raise DataError(f"data file {path} cannot be read: {error.strerror or error}") from None
-
-
 def _read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file, gzip-compressed if its name ends in ``.gz``, without line ends.
+    """The lines of a UTF-8 text file, gzip-compressed if its name ends in ``.gz``, without line ends (the
+    reading rules of :func:`companion.data.corpus.read_lines`: lines end at ``\n`` only, a trailing ``\r`` and
+    a byte-order mark are dropped, undecodable bytes or corrupt gzip are a DataError naming the file and line)."""
+    from .corpus import read_lines  # corpus imports this module's hub helpers
 
-    Lines end at ``\n`` only (a trailing ``\r`` is dropped); a UTF-8 byte-order mark at the start is dropped.
-    Undecodable bytes are a :class:`~companion.errors.DataError` naming the file, the line and the bytes.
-    """
-    data = _read_bytes(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(
-            f"data file {path}, line {line}: not UTF-8 text (byte(s) "
-            f"{data[error.start : error.end]!r} at byte offset {error.start})"
-        ) from None
-    text = text.removeprefix("\ufeff")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the newline at the end of the last line
-    return [line.rstrip("\r") for line in lines]
+    return list(read_lines(path))
 
 
 def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple[str, str]]:
