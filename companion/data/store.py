@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import socket
 import tempfile
 import time
 import warnings
@@ -190,8 +191,9 @@ def prepare_store(
         shutil.rmtree(final, ignore_errors=True)  # not this data or not complete: never reused
     root.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_builds(root)
-    building = Path(tempfile.mkdtemp(prefix=f".building-{os.getpid()}-{split}-", dir=root))
+    building = Path(tempfile.mkdtemp(prefix=f".building-{split}-", dir=root))
     try:
+        _write_json(building / "owner.json", {"host": socket.gethostname(), "pid": os.getpid()})
         meta = _write_store(building, corpus, split, (src_tokenizer, tgt_tokenizer), max_len, workers)
         meta |= {"key": key, "data": identity, "split": split}
         _write_json(building / "meta.json", meta | {"complete": True})
@@ -206,14 +208,20 @@ def prepare_store(
 
 
 def _remove_abandoned_builds(root: Path) -> None:
-    """Delete temporary build folders whose process is gone (a build killed before its rename)."""
+    """Delete temporary build folders of this machine whose process is gone (a build killed before its rename).
+
+    Each build folder names its owner in ``owner.json`` (host and process id); folders of other hosts (a cache
+    on a shared file system) and of live processes are left alone.
+    """
     for folder in root.glob(".building-*"):
         try:
-            pid = int(folder.name.split("-")[1])
-            os.kill(pid, 0)
+            owner = json.loads((folder / "owner.json").read_text(encoding="utf-8"))
+            if owner["host"] != socket.gethostname():
+                continue
+            os.kill(int(owner["pid"]), 0)
         except ProcessLookupError:
             shutil.rmtree(folder, ignore_errors=True)
-        except (ValueError, IndexError, PermissionError, OSError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -189,12 +190,16 @@ def test_an_interrupted_build_leaves_nothing_that_passes_for_a_store(corpus, tok
     assert not cache.exists() or list(cache.iterdir()) == []  # no half-written store, no temporary folder
     monkeypatch.setattr(store_module, "_encode_chunk", real)
     cache.mkdir(exist_ok=True)
-    abandoned = cache / ".building-999999999-train-x"  # a build killed hard (its process is gone)
+    abandoned = cache / ".building-train-x"  # a build killed hard (its process is gone)
     abandoned.mkdir()
+    (abandoned / "owner.json").write_text(json.dumps({"host": socket.gethostname(), "pid": 999_999_999}))
     (abandoned / "meta.json").write_text("{}")
+    elsewhere = cache / ".building-train-y"  # another machine's build (a shared cache folder): left alone
+    elsewhere.mkdir()
+    (elsewhere / "owner.json").write_text(json.dumps({"host": "another-host", "pid": 999_999_999}))
     store = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=cache, workers=1)
-    assert len(store) == 60 and not abandoned.exists()
-    assert [p.name for p in cache.iterdir()] == [store.path.name]
+    assert len(store) == 60 and not abandoned.exists() and elsewhere.exists()
+    assert sorted(p.name for p in cache.iterdir()) == sorted([store.path.name, elsewhere.name])
     with pytest.raises(DataError, match="not a complete token store"):
         TokenStore(cache)
     (store.path / "tgt_ids.bin").write_bytes(b"\0")
