@@ -10,7 +10,8 @@ Examples::
 
 Run ``python -m companion COMMAND --help`` for every flag.
 
-This module is argparse only: the flags are built from the fields of :class:`companion.runs.RunConfig`,
+This module is argparse only: the flags are built from the option fields of a training run's sections
+(``companion.runs.SECTIONS``: data, model, training and the run's own settings),
 :class:`~companion.runs.TranslateConfig` and :class:`~companion.runs.EvaluateConfig`, and each command calls the
 matching run of :mod:`companion.runs`. Errors that ``companion`` raises on purpose
 (:class:`~companion.errors.CompanionError`) are printed as ``companion COMMAND: error: ...`` with exit code 2;
@@ -28,13 +29,13 @@ from typing import TextIO
 from .errors import CompanionError, RunError
 from .runs import (
     DEFAULTS_NOTE,
+    SECTIONS,
     EvaluateConfig,
-    RunConfig,
     TranslateConfig,
     add_options,
     evaluate_run,
+    given_options,
     load_for_inference,
-    option_fields,
     train_run,
     translate_run,
 )
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train ...",
         epilog=DEFAULTS_NOTE,
     )
-    add_options(train, RunConfig, suppress_defaults=True)
+    add_options(train, SECTIONS, suppress_defaults=True)
 
     translate = sub.add_parser(
         "translate",
@@ -81,11 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(evaluate, EvaluateConfig)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
-
-
-def _options(args: argparse.Namespace, config_class: type) -> dict:
-    names = {f.name for f in option_fields(config_class)}
-    return {name: value for name, value in vars(args).items() if name in names}
 
 
 def split_lines(text: str) -> list[str]:
@@ -145,16 +141,16 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
 def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, stdout: TextIO) -> int:
     """Run the parsed command ``args`` (``argv``: the words it was parsed from); returns the exit code."""
     if args.command == "train":
-        train_run(_options(args, RunConfig), command=list(argv[1:]))
+        train_run(given_options(args, SECTIONS), command=list(argv[1:]))
         return 0
     if args.command == "translate":
-        config = TranslateConfig(**_options(args, TranslateConfig))
+        config = TranslateConfig(**given_options(args, TranslateConfig))
         loaded = load_for_inference(config.checkpoint, config.device)
         for text in translate_run(config, _read_lines(config.input, stdin), loaded=loaded):
             stdout.write(text + "\n")
         stdout.flush()
         return 0
-    _print_evaluation(evaluate_run(EvaluateConfig(**_options(args, EvaluateConfig))), args.json, stdout)
+    _print_evaluation(evaluate_run(EvaluateConfig(**given_options(args, EvaluateConfig))), args.json, stdout)
     return 0
 
 

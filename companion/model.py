@@ -31,6 +31,7 @@ from ._validation import (
 )
 from .attention import AttentionCache, MultiHeadAttention, padding_mask
 from .positional import LearnedPositionalEncoding, PositionalEncoding
+from .presets import PRESETS
 
 __all__ = [
     "TransformerConfig",
@@ -43,29 +44,6 @@ __all__ = [
     "Transformer",
     "eval_mode",
 ]
-
-
-# The model shapes of the named presets, in TransformerConfig's field names: the one table that
-# TransformerConfig.from_preset/base/big and the command line's --preset read (the training settings that go
-# with each name live in companion.runs.TRAINING_PRESETS).
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # a few seconds on a laptop CPU: tests and quick starts
-    "tiny": dict(
-        d_model=64, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.1, norm_first=False
-    ),
-    # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py: many small steps beat a wider model)
-    "small": dict(
-        d_model=128, num_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=512, dropout=0.1, norm_first=False
-    ),
-    # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
-    "base": dict(
-        d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6, d_ff=2048, dropout=0.1, norm_first=False
-    ),
-    # the paper's big model: 213M parameters
-    "big": dict(
-        d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6, d_ff=4096, dropout=0.3, norm_first=False
-    ),
-}
 
 
 @dataclass
@@ -137,14 +115,14 @@ class TransformerConfig:
 
     @classmethod
     def from_preset(cls, name: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
-        """The model shape ``MODEL_PRESETS[name]`` (``"tiny"``, ``"small"``, ``"base"``, ``"big"``).
+        """The model shape ``companion.presets.PRESETS[name].model`` (``"tiny"``, ``"small"``, ``"base"``, ``"big"``).
 
         With equal vocabulary sizes the embeddings are shared; the output projection is always tied to the
         target embedding (section 3.4). ``overrides`` replace any field.
         """
-        if name not in MODEL_PRESETS:
-            raise ValueError(f"name must be one of {list(MODEL_PRESETS)}, got {name!r}")
-        settings = dict(MODEL_PRESETS[name], share_embeddings=src_vocab_size == tgt_vocab_size, tie_output=True)
+        if name not in PRESETS:
+            raise ValueError(f"name must be one of {list(PRESETS)}, got {name!r}")
+        settings = dict(PRESETS[name].model, share_embeddings=src_vocab_size == tgt_vocab_size, tie_output=True)
         settings.update(overrides)
         return cls(src_vocab_size, tgt_vocab_size, **settings)
 

@@ -40,11 +40,12 @@ from .devices import process_rank, resolve_device
 
 # DeviceUnavailableError and TrainingDivergedError stay importable from here (their home was this module)
 from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError  # noqa: F401
+from .options import check_declared, label, option
+from .presets import DEFAULT_SAVE_EVERY_MINUTES
 
 __all__ = [
     "noam_lr",
     "NoamSchedule",
-    "warmup_cosine",
     "label_smoothed_loss",
     "TrainConfig",
     "Trainer",
@@ -72,15 +73,6 @@ def _noam_lr(step: int, d_model: int, warmup: int, factor: float) -> float:
     if step == 0:
         return 0.0
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def warmup_cosine(step: int, warmup: int, total: int, floor: float = 0.1) -> float:
-    """Learning-rate multiplier for the small experiments of the chapters: linear warmup over ``warmup`` steps,
-    then a cosine decay from 1 to ``floor`` at step ``total`` (0-based ``step``)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(total - warmup, 1)
-    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class NoamSchedule:
@@ -165,15 +157,24 @@ def label_smoothed_loss(
 # minutes are almost two years, and a clipping threshold of 1e6 no longer clips anything.
 OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6, "clip_grad": 1e6}
 
+# The help sections of ``companion train`` that TrainConfig's options are listed in.
+LIMITS_GROUP = "limits (training stops at the first one reached; set at least one)"
+_FROM_PRESET = "companion train: from --preset"
+
 
 @dataclass
 class TrainConfig:
     """Settings of :class:`Trainer`. Defaults follow the paper where it says something.
 
+    Each field that ``companion train`` exposes is declared here, once, with its help text, flag and whether it may
+    change on ``--resume`` (:func:`companion.options.option`); the command line builds its flags from these
+    declarations. ``warmup`` and ``lr_factor`` are filled from the preset by ``companion train``
+    (``companion.presets.PRESETS``); constructed directly, their defaults are the paper's.
+
     Stopping: at least one of ``max_steps`` (optimizer steps, counted from the very first step of the run),
     ``max_minutes`` (wall-clock minutes spent in :meth:`Trainer.train`, summed over resumed sessions) and
     ``max_epochs`` must be set; training stops at whichever comes first. Invalid values (also inf and nan)
-    raise :class:`~companion.errors.ConfigError`, a ValueError, naming the field.
+    raise :class:`~companion.errors.ConfigError`, a ValueError, naming the field and its flag.
 
     Attributes:
         warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
@@ -194,47 +195,124 @@ class TrainConfig:
         progress: show a tqdm progress bar (rank 0 only).
     """
 
-    max_steps: int | None = None
-    max_minutes: float | None = None
-    max_epochs: int | None = None
-    warmup: int = 4000
-    lr_factor: float = 1.0
+    # -- limits ----------------------------------------------------------------------------------------
+    max_steps: int | None = option(None, "optimizer steps in total", metavar="N", group=LIMITS_GROUP, resumable=True)
+    max_minutes: float | None = option(
+        None,
+        "wall-clock minutes of training in total (summed over --resume sessions)",
+        metavar="M",
+        group=LIMITS_GROUP,
+        resumable=True,
+    )
+    max_epochs: int | None = option(
+        None, "passes over the training data", metavar="N", group=LIMITS_GROUP, resumable=True
+    )
+    # -- optimisation ----------------------------------------------------------------------------------
+    warmup: int = option(
+        4000,
+        f"warmup steps of the learning-rate schedule (paper: {{default}}; {_FROM_PRESET})",
+        metavar="STEPS",
+        group="optimisation",
+    )
+    lr_factor: float = option(
+        1.0,
+        f"multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step warmup^-1.5) ({_FROM_PRESET})",
+        metavar="F",
+        group="optimisation",
+    )
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
-    label_smoothing: float = 0.1
-    accum_steps: int = 1
-    clip_grad: float | None = None
-    device: str = "auto"
-    bf16: bool = True
-    compile: bool = False
-    seed: int = 0
-    log_every: int = 20
-    eval_every: int | None = None
-    save_every: int | None = None
-    save_every_minutes: float | None = None
-    keep_last: int | None = 5
-    progress: bool = True
+    label_smoothing: float = option(
+        0.1, "label smoothing eps_ls (paper: 0.1; default: {default})", metavar="EPS", group="optimisation"
+    )
+    accum_steps: int = option(
+        1, "batches per optimizer step (gradient accumulation; default: {default})", metavar="N", group="optimisation"
+    )
+    clip_grad: float | None = option(
+        None,
+        "clip the gradient norm to NORM (default: no clipping, as in the paper)",
+        metavar="NORM",
+        group="optimisation",
+    )
+    seed: int = option(0, "random seed (default: {default})", metavar="N", group="optimisation")
+    # -- where and how it runs, what it writes ------------------------------------------------------------
+    device: str = option(
+        "auto",
+        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
+        metavar="DEV",
+        group="run",
+        resumable=True,
+    )
+    bf16: bool = option(
+        True,
+        "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)",
+        flag="--no-bf16",
+        group="run",
+        resumable=True,
+    )
+    compile: bool = option(False, "compile the model with torch.compile", group="run", resumable=True)
+    log_every: int = option(
+        20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS", group="run", resumable=True
+    )
+    eval_every: int | None = option(
+        None, "validation loss every STEPS (default: only at the end)", metavar="STEPS", group="run", resumable=True
+    )
+    save_every: int | None = option(
+        None, "write a checkpoint every STEPS", metavar="STEPS", group="run", resumable=True
+    )
+    save_every_minutes: float | None = option(
+        None,
+        f"write a checkpoint every M minutes; a final one is always written (companion train: "
+        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)",
+        metavar="M",
+        group="run",
+        resumable=True,
+    )
+    keep_last: int | None = option(
+        5, "keep only the newest N step checkpoints (default: {default})", metavar="N", group="run", resumable=True
+    )
+    progress: bool = option(True, "hide the progress bar", flag="--no-progress", group="run", resumable=True)
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON round trips turn it into a list
+        check_declared(self)
         for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_last"):
             if getattr(self, name) is not None:
-                check_integer(name, getattr(self, name), minimum=1)
+                check_integer(label(TrainConfig, name), getattr(self, name), minimum=1, error=ConfigError)
         for name in ("warmup", "accum_steps", "log_every"):
-            check_integer(name, getattr(self, name), minimum=1)
-        for name in ("max_minutes", "save_every_minutes", "clip_grad"):
+            check_integer(label(TrainConfig, name), getattr(self, name), minimum=1, error=ConfigError)
+        for name in ("max_minutes", "save_every_minutes", "clip_grad", "lr_factor"):
             if getattr(self, name) is not None:
-                check_number(name, getattr(self, name), low=0, low_inclusive=False, high=OPTION_LIMITS[name])
+                value = check_number(
+                    label(TrainConfig, name),
+                    getattr(self, name),
+                    low=0,
+                    low_inclusive=False,
+                    high=OPTION_LIMITS[name],
+                    error=ConfigError,
+                )
+                setattr(self, name, value)
         if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
-            raise ConfigError("set at least one of max_steps, max_minutes or max_epochs, or training never stops")
-        check_number("lr_factor", self.lr_factor, low=0, low_inclusive=False, high=OPTION_LIMITS["lr_factor"])
+            raise ConfigError(
+                "set a limit: max_steps (--max-steps), max_minutes (--max-minutes) and/or max_epochs "
+                "(--max-epochs), or training never stops"
+            )
         if len(self.betas) != 2:
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         for beta in self.betas:
-            check_number("betas", beta, low=0, high=1, high_inclusive=False)
-        check_number("eps", self.eps, low=0, low_inclusive=False)
-        check_number("label_smoothing", self.label_smoothing, low=0, high=1, high_inclusive=False)
-        check_integer("seed", self.seed, minimum=0)
+            check_number("betas", beta, low=0, high=1, high_inclusive=False, error=ConfigError)
+        check_number("eps", self.eps, low=0, low_inclusive=False, error=ConfigError)
+        self.label_smoothing = check_number(
+            label(TrainConfig, "label_smoothing"),
+            self.label_smoothing,
+            low=0,
+            high=1,
+            high_inclusive=False,
+            error=ConfigError,
+        )
+        check_integer(label(TrainConfig, "seed"), self.seed, minimum=0, error=ConfigError)
+        if not isinstance(self.device, str):
+            raise ConfigError(f"{label(TrainConfig, 'device')} must be a string, got {self.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable)."""

@@ -1,42 +1,38 @@
-"""The training run's configuration: :class:`RunConfig`, every option of ``companion train`` declared once."""
+"""The configuration of a training run: :class:`RunConfig`, composed of a data, a model and a training config.
+
+A run config holds three sections and the few settings of the run itself:
+
+* ``data`` -- :class:`DataConfig`: the task, the languages, the tokenizer, the batching;
+* ``model`` -- :class:`ModelOptions`: the model settings that do not depend on the data (the vocabulary sizes
+  are known once the tokenizers are built, :meth:`RunConfig.model_config`);
+* ``train`` -- :class:`~companion.train.TrainConfig` itself: the Trainer's settings, declared and checked there;
+* ``preset``, ``out``, ``resume``, ``overwrite``, ``threads``, ``average_last``: the run's own.
+
+Every option is a field of exactly one of these, declared once with :func:`companion.options.option` (type,
+default, help, flag, resumability) and checked once, by the class that declares it. The command line's flags
+(:func:`companion.runs.add_options` over ``SECTIONS``), the flat run record (``run.json``'s and every
+checkpoint's ``args``: each field by its name) and ``--resume`` all read these declarations. A preset
+(``companion.presets.PRESETS``) fills what the user did not give: an explicit value beats the preset, which
+beats the default.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import check_bool, check_choice, check_integer
+from .._validation import check_integer
 from ..errors import ConfigError, RunError
-from ..model import MODEL_PRESETS, TransformerConfig
+from ..model import TransformerConfig
+from ..options import check_declared, flag_of, label, option, option_fields, option_spec
+from ..presets import DEFAULT_AVERAGE_LAST, DEFAULT_SAVE_EVERY_MINUTES, PRESETS
 from ..train import TrainConfig
-from .options import _base_type, _fraction, _positive, _positive_number, flag_of, option, option_fields
 
-# The training settings that go with each model preset (the model shapes: companion.model.MODEL_PRESETS).
-TRAINING_PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(max_tokens=2000, warmup=200, lr_factor=1.0),
-    "small": dict(max_tokens=600, warmup=400, lr_factor=1.0),
-    "base": dict(max_tokens=25000, warmup=4000, lr_factor=1.0),
-    "big": dict(max_tokens=25000, warmup=4000, lr_factor=1.0),
-}
-# RunConfig's model fields and the TransformerConfig fields of MODEL_PRESETS they are read from.
-_PRESET_MODEL_FIELDS = {
-    "d_model": "d_model",
-    "num_heads": "num_heads",
-    "layers": "num_encoder_layers",
-    "d_ff": "d_ff",
-    "dropout": "dropout",
-    "norm_first": "norm_first",
-}
+__all__ = ["DataConfig", "ModelOptions", "RunConfig", "SECTIONS", "DEFAULTS_NOTE"]
 
-
-# The defaults of `companion train` are the best setting measured on Multi30k with 2 CPU cores
-# (bench/results/multi30k_cpu_de-en.json, written by bench/multi30k.py): preset small, word tokenizer, a
-# checkpoint every minute of a --max-minutes budget, the last 5 averaged.
-DEFAULT_SAVE_EVERY_MINUTES = 1.0
-DEFAULT_AVERAGE_LAST = 5
 DEFAULTS_NOTE = (
     "Defaults: the best setting measured on Multi30k with 2 CPU cores (bench/results/multi30k_cpu_de-en.json, "
     "the result the README reports, from a 20-minute run): --preset small, --tokenizer word, and with "
@@ -46,35 +42,35 @@ DEFAULTS_NOTE = (
 )
 
 
-_LIMITS_GROUP = "limits (training stops at the first one reached; set at least one)"
+def _check_positive(config: Any, *names: str) -> None:
+    """Each named field is a positive integer or None (the check of a count or a size)."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None:
+            check_integer(label(type(config), name), value, minimum=1, error=ConfigError)
 
 
-def _preset_help() -> str:
-    parts = []
-    for name, shape in MODEL_PRESETS.items():
-        train = TRAINING_PRESETS[name]
-        parts.append(
-            f"{name}: d_model={shape['d_model']} layers={shape['num_encoder_layers']} d_ff={shape['d_ff']} "
-            f"heads={shape['num_heads']} dropout={shape['dropout']} "
-            f"{'pre-LN' if shape['norm_first'] else 'post-LN'} max_tokens={train['max_tokens']} "
-            f"warmup={train['warmup']} lr_factor={train['lr_factor']}"
-        )
-    return "; ".join(parts)
+def _path_as_str(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{label(type(config), name)} must be a path or a string, got {value!r}")
+    if isinstance(value, os.PathLike):
+        setattr(config, name, os.fspath(value))
 
 
+def _filled(config: Any, values: Mapping[str, Any]) -> Any:
+    """``config`` with its None fields set from ``values`` (the preset): a new, checked instance."""
+    missing = {k: v for k, v in values.items() if hasattr(config, k) and getattr(config, k) is None}
+    return dataclasses.replace(config, **missing) if missing else config
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------------
 @dataclass
-class RunConfig:
-    """Every option of a training run (``companion train``), declared once.
+class DataConfig:
+    """What a run learns from and how it is cut into batches (``max_tokens`` None: from the preset)."""
 
-    Fields left at None that a preset sets (``d_model``, ``num_heads``, ``layers``, ``d_ff``, ``dropout``,
-    ``norm_first``, ``max_tokens``, ``warmup``, ``lr_factor``) are filled from ``preset``
-    (``companion.model.MODEL_PRESETS`` and ``TRAINING_PRESETS``) when the config is built, so an
-    explicit value beats the preset, which beats the default. Building the config checks every value and
-    raises :class:`~companion.errors.ConfigError` naming the flag. The help text of each field is its
-    ``--help`` line.
-    """
-
-    # -- data ------------------------------------------------------------------------------------------
     task: str = option(
         "multi30k",
         "what to learn: Multi30k translation or a synthetic toy task (default: {default})",
@@ -126,20 +122,37 @@ class RunConfig:
         10, "synthetic tasks: longest sequence (default: {default})", metavar="N", group="data"
     )
 
-    # -- model -----------------------------------------------------------------------------------------
-    preset: str = option(
-        "small",
-        "model size and matching settings: " + _preset_help() + " (default: {default})",
-        choices=list(MODEL_PRESETS),
-        group="model",
-    )
+    def __post_init__(self) -> None:
+        check_declared(self)
+        _check_positive(self, "min_freq", "max_tokens", "limit_train", "num_examples", "synthetic_max_len")
+        for name in ("vocab_size", "synthetic_vocab"):  # more than the 4 special tokens
+            check_integer(label(DataConfig, name), getattr(self, name), minimum=5, error=ConfigError)
+        _path_as_str(self, "data_dir")
+        if self.task == "multi30k" and self.src == self.tgt:
+            raise ConfigError(f"--src and --tgt must differ, got {self.src!r} for both")
+
+    def shares_vocabulary(self) -> bool:
+        """Whether one vocabulary serves both languages (a shared BPE), so that the embeddings can be shared."""
+        return self.task == "multi30k" and self.tokenizer == "bpe"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------------------
+@dataclass
+class ModelOptions:
+    """The model settings a run chooses, by :class:`~companion.model.TransformerConfig` field name (None: from
+    the preset). ``--layers N`` sets ``num_encoder_layers``; ``num_decoder_layers`` follows it unless given (the
+    paper's N is one number for both stacks). The values are checked by TransformerConfig itself."""
+
     d_model: int | None = option(None, "model width (default: from the preset)", metavar="N", group="model")
     num_heads: int | None = option(
         None, "attention heads (default: from the preset)", flag="--heads", metavar="N", group="model"
     )
-    layers: int | None = option(
-        None, "encoder layers = decoder layers (default: from the preset)", metavar="N", group="model"
+    num_encoder_layers: int | None = option(
+        None, "encoder layers = decoder layers (default: from the preset)", flag="--layers", metavar="N", group="model"
     )
+    num_decoder_layers: int | None = None
     d_ff: int | None = option(None, "feed-forward inner width (default: from the preset)", metavar="N", group="model")
     dropout: float | None = option(None, "dropout P_drop (default: from the preset)", metavar="P", group="model")
     norm_first: bool | None = option(
@@ -159,47 +172,56 @@ class RunConfig:
         group="model",
     )
 
-    # -- optimisation ----------------------------------------------------------------------------------
-    warmup: int | None = option(
-        None,
-        "warmup steps of the learning-rate schedule (paper: 4000; default: from the preset)",
-        metavar="STEPS",
-        group="optimisation",
-    )
-    lr_factor: float | None = option(
-        None,
-        "multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step warmup^-1.5) (default: from the preset)",
-        metavar="F",
-        group="optimisation",
-    )
-    label_smoothing: float = option(
-        0.1, "label smoothing eps_ls (paper: 0.1; default: {default})", metavar="EPS", group="optimisation"
-    )
-    accum_steps: int = option(
-        1, "batches per optimizer step (gradient accumulation; default: {default})", metavar="N", group="optimisation"
-    )
-    clip_grad: float | None = option(
-        None,
-        "clip the gradient norm to NORM (default: no clipping, as in the paper)",
-        metavar="NORM",
-        group="optimisation",
-    )
-    seed: int = option(0, "random seed (default: {default})", metavar="N", group="optimisation")
+    def __post_init__(self) -> None:
+        if self.num_decoder_layers is None:
+            self.num_decoder_layers = self.num_encoder_layers
+        check_declared(self)
+        check_integer(label(ModelOptions, "max_len"), self.max_len, minimum=2, error=ConfigError)  # a token + <eos>
+        if all(value is not None for value in dataclasses.asdict(self).values()):
+            self.transformer_config(8, 8)  # the model's own rules (heads divide d_model, ...), before any data
 
-    # -- limits ----------------------------------------------------------------------------------------
-    max_steps: int | None = option(None, "optimizer steps in total", metavar="N", group=_LIMITS_GROUP, resumable=True)
-    max_minutes: float | None = option(
-        None,
-        "wall-clock minutes of training in total (summed over --resume sessions)",
-        metavar="M",
-        group=_LIMITS_GROUP,
-        resumable=True,
-    )
-    max_epochs: int | None = option(
-        None, "passes over the training data", metavar="N", group=_LIMITS_GROUP, resumable=True
-    )
+    def transformer_config(
+        self, src_vocab_size: int, tgt_vocab_size: int, *, share_embeddings: bool = False
+    ) -> TransformerConfig:
+        """The model's config for these vocabulary sizes (the output projection is tied to the target embedding)."""
+        try:
+            return TransformerConfig(
+                src_vocab_size, tgt_vocab_size, share_embeddings=share_embeddings, tie_output=True, **self._settings()
+            )
+        except (ValueError, TypeError) as error:
+            raise ConfigError(
+                f"invalid model options (--d-model, --heads, --layers, --d-ff, --dropout): {error}"
+            ) from None
 
-    # -- run -------------------------------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------
+def _preset_help() -> str:
+    return "; ".join(f"{name}: {preset.describe()}" for name, preset in PRESETS.items())
+
+
+@dataclass
+class RunConfig:
+    """A training run (``companion train``): its data, model and training sections and the run's own settings.
+
+    Build it from flat options (what the command line parsed, by field name) with :meth:`from_options`, which
+    applies the preset to every section; or from sections, where the model and data values left at None come from
+    the preset. :meth:`to_record` / :meth:`from_record` are the flat form recorded in ``run.json``.
+    """
+
+    train: TrainConfig
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    preset: str = option(
+        "small",
+        "model size and matching settings: " + _preset_help() + " (default: {default})",
+        choices=list(PRESETS),
+        group="model",
+    )
     out: str | None = option(
         None,
         "output folder for checkpoints, metrics.jsonl and run.json (required)",
@@ -221,25 +243,10 @@ class RunConfig:
         group="run",
         resumable=True,
     )
-    device: str = option(
-        "auto",
-        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
-        metavar="DEV",
-        group="run",
-        resumable=True,
-    )
-    compile: bool = option(False, "compile the model with torch.compile", group="run", resumable=True)
     threads: int | None = option(
         None,
         "CPU threads for PyTorch (default: PyTorch's choice; torchrun sets 1 per process)",
         metavar="N",
-        group="run",
-        resumable=True,
-    )
-    bf16: bool = option(
-        True,
-        "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)",
-        flag="--no-bf16",
         group="run",
         resumable=True,
     )
@@ -252,163 +259,91 @@ class RunConfig:
         group="run",
         resumable=True,
     )
-    save_every: int | None = option(
-        None, "write a checkpoint every STEPS", metavar="STEPS", group="run", resumable=True
-    )
-    save_every_minutes: float | None = option(
-        None,
-        f"write a checkpoint every M minutes; a final one is always written (default: "
-        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)",
-        metavar="M",
-        group="run",
-        resumable=True,
-    )
-    keep_last: int | None = option(
-        5, "keep only the newest N step checkpoints (default: {default})", metavar="N", group="run", resumable=True
-    )
-    eval_every: int | None = option(
-        None, "validation loss every STEPS (default: only at the end)", metavar="STEPS", group="run", resumable=True
-    )
-    log_every: int = option(
-        20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS", group="run", resumable=True
-    )
-    progress: bool = option(True, "hide the progress bar", flag="--no-progress", group="run", resumable=True)
 
     def __post_init__(self) -> None:
-        check_choice("--preset", self.preset, list(MODEL_PRESETS))
-        self._fill_from_preset()
-        self._fill_checkpoint_defaults()
-        self._check()
-
-    def _fill_checkpoint_defaults(self) -> None:
-        """The measured setting (:data:`DEFAULTS_NOTE`): with a time budget a checkpoint every minute, and the
-        last 5 averaged whenever periodic checkpoints are written (an explicit flag always wins)."""
-        if self.save_every_minutes is None and self.save_every is None and isinstance(self.max_minutes, (int, float)):
-            self.save_every_minutes = DEFAULT_SAVE_EVERY_MINUTES
-        self._average_last_chosen = self.average_last is not None  # (not an option: not recorded)
-        if self.average_last is None:
-            periodic = self.save_every is not None or self.save_every_minutes is not None
-            keep = self.keep_last if isinstance(self.keep_last, int) else DEFAULT_AVERAGE_LAST
-            self.average_last = max(1, min(DEFAULT_AVERAGE_LAST, keep)) if periodic else 1
-
-    def _fill_from_preset(self) -> None:
-        shape, training = MODEL_PRESETS[self.preset], TRAINING_PRESETS[self.preset]
-        for name, preset_name in _PRESET_MODEL_FIELDS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, shape[preset_name])
-        for name, value in training.items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-
-    def _check(self) -> None:
-        cls = type(self)
-        for f in option_fields(cls):
-            spec = f.metadata["option"]
-            if spec["choices"]:
-                check_choice(flag_of(cls, f.name), getattr(self, f.name), spec["choices"])
-            elif _base_type(f) is bool:
-                check_bool(flag_of(cls, f.name), getattr(self, f.name))
-        _positive(
-            self,
-            "min_freq",
-            "max_tokens",
-            "num_examples",
-            "synthetic_max_len",
-            "d_model",
-            "num_heads",
-            "layers",
-            "d_ff",
-            "warmup",
-            "accum_steps",
-            "average_last",
-            "log_every",
-        )
-        _positive(
-            self,
-            "limit_train",
-            "max_steps",
-            "max_epochs",
-            "threads",
-            "save_every",
-            "keep_last",
-            "eval_every",
-            allow_none=True,
-        )
-        check_integer("--vocab-size", self.vocab_size, minimum=5)  # more than the 4 special tokens
-        check_integer("--synthetic-vocab", self.synthetic_vocab, minimum=5)
-        check_integer("--max-len", self.max_len, minimum=2)  # one token plus <eos>
-        check_integer("--seed", self.seed, minimum=0)
-        _fraction(self, "dropout")
-        _fraction(self, "label_smoothing")
-        _positive_number(self, "lr_factor")
-        _positive_number(self, "clip_grad", "max_minutes", "save_every_minutes", allow_none=True)
-        for name in ("data_dir", "out", "device"):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise ConfigError(f"{flag_of(cls, name)} must be a path or a string, got {value!r}")
-        if isinstance(self.out, os.PathLike):
-            self.out = str(self.out)
-        if isinstance(self.data_dir, os.PathLike):
-            self.data_dir = str(self.data_dir)
-        if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
-            raise ConfigError("set a limit: --max-steps, --max-minutes and/or --max-epochs")
-        assert self.average_last is not None  # filled by _fill_checkpoint_defaults
-        if self.keep_last is not None and self.average_last > self.keep_last:
+        check_declared(self)
+        for name, section in (("train", TrainConfig), ("data", DataConfig), ("model", ModelOptions)):
+            if not isinstance(getattr(self, name), section):
+                raise ConfigError(f"{name} must be a {section.__name__}, got {type(getattr(self, name)).__name__}")
+        self.data = _filled(self.data, PRESETS[self.preset].data)
+        self.model = _filled(self.model, PRESETS[self.preset].model)
+        _check_positive(self, "threads", "average_last")
+        _path_as_str(self, "out")
+        keep_last = self.train.keep_last
+        if keep_last is not None and self.average_count > keep_last:
             raise ConfigError(
-                f"--average-last {self.average_last} averages more checkpoints than --keep-last "
-                f"{self.keep_last} keeps; raise --keep-last to at least {self.average_last}"
+                f"--average-last {self.average_count} averages more checkpoints than --keep-last "
+                f"{keep_last} keeps; raise --keep-last to at least {self.average_count}"
             )
-        if self.task == "multi30k" and self.src == self.tgt:
-            raise ConfigError(f"--src and --tgt must differ, got {self.src!r} for both")
-        self._check_model_shape()
 
-    def _check_model_shape(self) -> None:
-        """The model's own rules (heads divide d_model, ...), checked now rather than after data loading."""
-        try:
-            TransformerConfig(8, 8, **self._model_fields())
-        except ValueError as error:
-            raise ConfigError(f"the model options do not fit together: {error}") from None
+    @property
+    def average_count(self) -> int:
+        """How many of the last checkpoints are averaged into ``averaged.pt`` (1: none): ``average_last`` if given,
+        else ``companion.presets.DEFAULT_AVERAGE_LAST`` (at most ``keep_last``) when the run writes periodic
+        checkpoints, else 1."""
+        if self.average_last is not None:
+            return self.average_last
+        if self.train.save_every is None and self.train.save_every_minutes is None:
+            return 1
+        return max(1, min(DEFAULT_AVERAGE_LAST, self.train.keep_last or DEFAULT_AVERAGE_LAST))
 
-    def _model_fields(self) -> dict[str, Any]:
-        return dict(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            num_encoder_layers=self.layers,
-            num_decoder_layers=self.layers,
-            d_ff=self.d_ff,
-            dropout=self.dropout,
-            max_len=self.max_len,
-            norm_first=bool(self.norm_first),
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
+        """The :class:`~companion.model.TransformerConfig` of this run for the given vocabulary sizes (embeddings
+        shared when one BPE vocabulary serves both languages; the output projection tied)."""
+        shared = self.data.shares_vocabulary() and src_vocab_size == tgt_vocab_size
+        return self.model.transformer_config(src_vocab_size, tgt_vocab_size, share_embeddings=shared)
+
+    # -- the flat form: flags and records ----------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> RunConfig:
+        """The run that flat options describe (field names of any section: what ``companion train`` parsed).
+
+        The preset fills what is not given; with a ``max_minutes`` budget and no ``save_every``/
+        ``save_every_minutes``, a checkpoint is written every ``companion.presets.DEFAULT_SAVE_EVERY_MINUTES``.
+        Raises :class:`~companion.errors.ConfigError` for an unknown name or a bad value (naming the option).
+        """
+        given = dict(options)
+        _check_known(given)
+        preset_name = given.get("preset", cls.preset)
+        _check_preset(preset_name)
+        train = {**PRESETS[preset_name].train, **_pick(given, TrainConfig)}
+        if train.get("save_every") is None and train.get("save_every_minutes") is None:
+            if isinstance(train.get("max_minutes"), (int, float)):
+                train["save_every_minutes"] = DEFAULT_SAVE_EVERY_MINUTES
+        return cls(
+            train=TrainConfig(**train),
+            data=DataConfig(**_pick(given, DataConfig)),
+            model=ModelOptions(**_pick(given, ModelOptions)),
+            **_pick(given, RunConfig),
         )
 
-    # -- conversions -------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """Every option by field name: the ``args`` of ``run.json`` and of each checkpoint's ``run_info``."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    def to_record(self) -> dict[str, Any]:
+        """Every field of every section by its name, flat: the ``args`` of ``run.json`` and of each checkpoint."""
+        own = {f.name: getattr(self, f.name) for f in option_fields(RunConfig)}
+        return {**dataclasses.asdict(self.data), **dataclasses.asdict(self.model), **self.train.to_dict(), **own}
 
     @classmethod
     def from_record(cls, values: Mapping[str, Any]) -> RunConfig:
-        """The config a run recorded (``run.json``'s or a checkpoint's ``args``).
+        """The config a run recorded (``run.json``'s or a checkpoint's ``args``, by this or an older version).
 
-        Keys of options that no longer exist are ignored; options added since take their defaults (and,
-        for preset options, the recorded preset's value).
+        Keys of options that no longer exist are ignored; options added since take their defaults (and, for
+        preset options, the recorded preset's value); ``layers`` (before 0.3) is ``num_encoder_layers``.
         """
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        return cls.from_options(_known(_upgraded(values)))
 
     @classmethod
     def resumed(cls, recorded: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:
         """The config of a resumed run: the recorded values, with the ``given`` ones that may change.
 
         Raises :class:`~companion.errors.RunError` listing every given option that may not change on
-        ``--resume`` (see ``resumable`` in :func:`option`) and differs from the recorded value.
+        ``--resume`` (see ``resumable`` in :func:`~companion.options.option`) and differs from the recorded value.
         """
-        _check_known(cls, given)
-        fields_by_name = {f.name: f for f in option_fields(cls)}
+        _check_known(given)
+        recorded = _upgraded(recorded)
         conflicts = [
-            f"{_as_typed(cls, name, value)} (the run used {recorded.get(name)!r})"
+            f"{_as_typed(name, value)} (the run used {recorded.get(name)!r})"
             for name, value in given.items()
-            if not fields_by_name[name].metadata["option"]["resumable"] and value != recorded.get(name)
+            if name in _OPTIONS and not option_spec(_OPTIONS[name][1]).resumable and value != recorded.get(name)
         ]
         if conflicts:
             raise RunError(
@@ -416,41 +351,60 @@ class RunConfig:
                 + "; ".join(conflicts)
                 + ". Start a new run (another --out, or --overwrite) to change them."
             )
-        known = {f.name for f in dataclasses.fields(cls)}
-        merged = {**{k: v for k, v in recorded.items() if k in known}, **given, "resume": True}
-        return cls(**merged)
-
-    def train_config(self) -> TrainConfig:
-        """The :class:`~companion.train.TrainConfig` of this run: every field the two classes share by name."""
-        shared = {f.name for f in dataclasses.fields(TrainConfig)} & {f.name for f in dataclasses.fields(self)}
-        return TrainConfig(**{name: getattr(self, name) for name in shared})
-
-    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
-        """The :class:`~companion.model.TransformerConfig` of this run for the given vocabulary sizes.
-
-        Embeddings are shared when one BPE vocabulary serves both languages; the output projection is tied.
-        """
-        shared = self.task == "multi30k" and self.tokenizer == "bpe" and src_vocab_size == tgt_vocab_size
-        return TransformerConfig(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
-            share_embeddings=shared,
-            tie_output=True,
-            **self._model_fields(),
-        )
+        return cls.from_options({**_known(recorded), **given, "resume": True})
 
 
-def _as_typed(config_class: type, name: str, value: Any) -> str:
+# The config classes whose option fields are the flags of ``companion train``, in the order of its --help.
+SECTIONS: tuple[type, ...] = (DataConfig, ModelOptions, TrainConfig, RunConfig)
+
+
+def _flat_fields() -> dict[str, tuple[type, dataclasses.Field]]:
+    """Every field a flat record may hold, by name, with the class that declares it (names are unique)."""
+    found: dict[str, tuple[type, dataclasses.Field]] = {}
+    for section in SECTIONS:
+        for f in dataclasses.fields(section):
+            if f.name in ("train", "data", "model"):
+                continue
+            if f.name in found:
+                raise TypeError(f"{f.name} is declared by both {found[f.name][0].__name__} and {section.__name__}")
+            found[f.name] = (section, f)
+    return found
+
+
+_FIELDS = _flat_fields()
+_OPTIONS = {name: entry for name, entry in _FIELDS.items() if "option" in entry[1].metadata}
+_RENAMED_RECORD_KEYS = {"layers": "num_encoder_layers"}  # records written before 0.3
+
+
+def _check_preset(name: Any) -> None:
+    """ConfigError unless ``name`` is a preset (checked first: the preset fills the other options)."""
+    if name not in PRESETS:
+        raise ConfigError(f"{label(RunConfig, 'preset')} must be one of {list(PRESETS)}, got {name!r}")
+
+
+def _pick(values: Mapping[str, Any], section: type) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k in _FIELDS and _FIELDS[k][0] is section}
+
+
+def _check_known(given: Mapping[str, Any]) -> None:
+    unknown = sorted(set(given) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"unknown RunConfig options: {unknown}")
+
+
+def _known(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k in _FIELDS}
+
+
+def _upgraded(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A record in today's field names (older records name some fields differently)."""
+    return {_RENAMED_RECORD_KEYS.get(k, k): v for k, v in values.items()}
+
+
+def _as_typed(name: str, value: Any) -> str:
     """How a user gives ``value`` to the option ``name``: ``--heads 2``, or the switch alone (``--post-ln``)."""
-    spec = next(f for f in dataclasses.fields(config_class) if f.name == name).metadata["option"]
-    for flag, (switch_value, _) in (spec["switches"] or {}).items():
+    section, f = _OPTIONS[name]
+    for flag, (switch_value, _) in (option_spec(f).switches or {}).items():
         if switch_value == value:
             return flag
-    return f"{flag_of(config_class, name)} {value!r}"
-
-
-def _check_known(config_class: type, given: Mapping[str, Any]) -> None:
-    known = {f.name for f in option_fields(config_class)}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise ConfigError(f"unknown {config_class.__name__} options: {unknown}")
+    return f"{flag_of(section, name)} {value!r}"

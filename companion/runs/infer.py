@@ -10,13 +10,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .._validation import check_choice, check_number
+from .._validation import check_integer, check_number
+from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from ..data import DATA_DIR_ENV, load_multi30k
+from ..decode import MAX_ALPHA, translate
+from ..devices import resolve_device
 from ..errors import ConfigError, RunError
-from .options import _positive, option
+from ..evaluate import evaluate_translation
+from ..options import check_declared, label, option
 
-# The largest length-penalty alpha accepted: the paper tuned alpha in [0.6, 1.0]; far above that the penalty
-# ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis.
-MAX_ALPHA = 10.0
+__all__ = [
+    "MAX_ALPHA",
+    "TranslateConfig",
+    "EvaluateConfig",
+    "resolve_checkpoint",
+    "InferenceModel",
+    "load_for_inference",
+    "translate_run",
+    "evaluate_run",
+]
 
 
 @dataclass
@@ -35,12 +47,15 @@ class _InferenceOptions:
     )
 
     def __post_init__(self) -> None:
+        cls = type(self)
+        check_declared(self)
         if not isinstance(self.checkpoint, (str, os.PathLike)):
-            raise ConfigError(f"--checkpoint must be a path, got {self.checkpoint!r}")
-        _positive(self, "beam_size", "batch_size")
-        self.alpha = check_number("--alpha", self.alpha, low=0, high=MAX_ALPHA)
+            raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
+        for name in ("beam_size", "batch_size"):
+            check_integer(label(cls, name), getattr(self, name), minimum=1, error=ConfigError)
+        self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
         if not isinstance(self.device, str):
-            raise ConfigError(f"--device must be a string, got {self.device!r}")
+            raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")
 
 
 @dataclass
@@ -67,14 +82,12 @@ class EvaluateConfig(_InferenceOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("--split", self.split, ["test", "valid", "train"])
-        _positive(self, "limit", allow_none=True)
+        if self.limit is not None:
+            check_integer(label(EvaluateConfig, "limit"), self.limit, minimum=1, error=ConfigError)
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A checkpoint file, or for a run folder its ``averaged.pt`` (if present) else its latest checkpoint."""
-    from ..checkpoint import latest_checkpoint
-
     path = Path(path)
     if path.is_dir():
         if (path / "averaged.pt").is_file():
@@ -104,9 +117,6 @@ def load_for_inference(path: str | os.PathLike, device: str = "auto") -> Inferen
     ``path`` is a checkpoint file or a run folder (see :func:`resolve_checkpoint`). A synthetic-task
     checkpoint, which has no tokenizers, raises :class:`~companion.errors.CheckpointError`.
     """
-    from ..checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
-    from ..devices import resolve_device
-
     target = resolve_device(device)
     checkpoint = load_checkpoint(resolve_checkpoint(path))
     src_tok, tgt_tok = tokenizers_from_checkpoint(checkpoint)
@@ -121,8 +131,6 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     (from :func:`load_for_inference`) saves loading the checkpoint again. (The command line loads the model
     first, then reads ``config.input`` or stdin, and writes the result to stdout.)
     """
-    from ..decode import translate
-
     if loaded is None:
         loaded = load_for_inference(config.checkpoint, config.device)
     model, src_tok, tgt_tok, _, device = loaded
@@ -162,9 +170,6 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     ``bleu``, ``bleu_signature``, ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``, ``split``,
     ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
     """
-    from ..data import DATA_DIR_ENV, load_multi30k
-    from ..evaluate import evaluate_translation
-
     model, src_tok, tgt_tok, checkpoint, target = load_for_inference(config.checkpoint, config.device)
     run_info = checkpoint.get("run_info") or {}
     if run_info.get("task", "multi30k") != "multi30k":

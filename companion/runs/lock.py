@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import RunError, RunLockedError
+
+try:
+    import fcntl  # Linux, macOS: kernel locks, released whenever the holder dies
+except ImportError:  # Windows: an exclusively created file naming its holder's pid
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_FILE", "RunFolderLock"]
 
 LOCK_FILE = ".lock"
 
@@ -57,9 +65,7 @@ class RunFolderLock:
         self.release()
 
     def acquire(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # Windows
+        if fcntl is None:
             self._acquire_by_pid()
             return
         for _ in range(100):  # retried only when the file was replaced between open and lock
@@ -120,8 +126,6 @@ class RunFolderLock:
             self.stale = _lock_holder(self.path)
 
     def _write_holder(self) -> None:
-        import socket
-
         assert self._fd is not None
         record = json.dumps(
             {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

@@ -260,3 +260,224 @@ def test_fused_and_reference_paths_agree_on_nonfinite_queries(bad, masked):
     assert reference[0, 1, 2].isnan().all()
     finite = ~reference.isnan()
     torch.testing.assert_close(fused[finite], reference[finite])
+
+
+# -- moved from test_bad_input.py: bad input fails early, naming the argument, the expected and the actual ------
+def _literal(text: str) -> str:
+    """A literal message fragment for ``pytest.raises(match=...)``."""
+    import re
+
+    return re.escape(text)
+
+
+_Q, _K, _V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+ATTENTION_CASES = {
+    "d_k mismatch": (
+        lambda f: f(_Q, torch.randn(2, 5, 3), _V),
+        ValueError,
+        _literal("q and k must share d_k, got q (2, 3, 4) and k (2, 5, 3)"),
+    ),
+    "k/v length mismatch": (
+        lambda f: f(_Q, _K, torch.randn(2, 4, 6)),
+        ValueError,
+        _literal("k and v must have the same number of positions n, got k (2, 5, 4) and v (2, 4, 6)"),
+    ),
+    "rank mismatch": (
+        lambda f: f(_Q[0], _K, _V),
+        ValueError,
+        _literal("q, k and v must have the same number (>= 2) of dimensions")
+        + ".*"
+        + _literal("(3, 4), (2, 5, 4), (2, 5, 6)"),
+    ),
+    "batch mismatch": (
+        lambda f: f(_Q, torch.randn(3, 5, 4), torch.randn(3, 5, 6)),
+        ValueError,
+        _literal("leading (batch, head) dimensions of q, k and v must broadcast, got shapes (2, 3, 4), (3, 5, 4)"),
+    ),
+    "empty queries": (
+        lambda f: f(_Q[:, :0], _K, _V),
+        ValueError,
+        _literal("q and k must have at least one position, got q (2, 0, 4), k (2, 5, 4)"),
+    ),
+    "mask does not broadcast": (
+        lambda f: f(_Q, _K, _V, mask=torch.ones(3, 4, dtype=torch.bool)),
+        ValueError,
+        _literal("mask of shape (3, 4) does not broadcast to the attention scores' shape (2, 3, 5)"),
+    ),
+    "mask would broadcast upward": (  # an extra leading dim would silently enlarge the output
+        lambda f: f(_Q, _K, _V, mask=torch.ones(4, 2, 3, 5, dtype=torch.bool)),
+        ValueError,
+        _literal("mask of shape (4, 2, 3, 5) does not broadcast to the attention scores' shape (2, 3, 5)"),
+    ),
+    "float mask": (
+        lambda f: f(_Q, _K, _V, mask=torch.zeros(3, 5)),
+        TypeError,
+        _literal("mask must be a boolean tensor (True = may attend), got dtype torch.float32"),
+    ),
+    "not a tensor": (lambda f: f(_Q.tolist(), _K, _V), TypeError, _literal("q must be a torch.Tensor, got list")),
+    "dropout_p out of range": (
+        lambda f: f(_Q, _K, _V, dropout_p=1.0),
+        ValueError,
+        _literal("dropout_p must be a number in [0, 1), got 1.0"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+@pytest.mark.parametrize("function", [scaled_dot_product_attention, fast_attention], ids=["reference", "fast"])
+def test_attention_functions_reject(function, case):
+    call, error, message = ATTENTION_CASES[case]
+    with pytest.raises(error, match=message):
+        call(function)
+
+
+def test_fast_attention_causal_flag_conflicts():
+    q = torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match=_literal("pass either mask or is_causal=True, not both")):
+        fast_attention(q, q, q, mask=causal_mask(3), is_causal=True)
+    with pytest.raises(
+        ValueError, match=_literal("is_causal=True needs as many keys as queries, got 3 queries and 5 keys")
+    ):
+        fast_attention(q, _K, _K, is_causal=True)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: causal_mask(0), ValueError, _literal("size must be a positive integer, got 0")),
+        (lambda: causal_mask(2.5), ValueError, _literal("size must be a positive integer, got 2.5")),
+        (
+            lambda: padding_mask(torch.randn(2, 3), 0),
+            TypeError,
+            _literal("tokens must hold integer token ids, got dtype torch.float32"),
+        ),
+        (
+            lambda: padding_mask(torch.ones(3, dtype=torch.long), 0),
+            ValueError,
+            _literal("tokens must have 2 dimensions, got shape (3,)"),
+        ),
+    ],
+    ids=["causal size 0", "causal size float", "float tokens", "1-D tokens"],
+)
+def test_mask_helpers_reject(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+_D_MODEL = 16
+_X = torch.randn(2, 5, _D_MODEL)  # queries
+_Y = torch.randn(2, 7, _D_MODEL)  # keys / values
+
+
+@pytest.fixture(scope="module")
+def bad_input_mha():
+    from companion import MultiHeadAttention
+
+    return MultiHeadAttention(_D_MODEL, 4).eval()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(d_model=10, num_heads=4),
+            _literal("d_model must be divisible by num_heads, got d_model=10 and num_heads=4"),
+        ),
+        (dict(d_model=16, num_heads=0), _literal("num_heads must be a positive integer, got 0")),
+        (dict(d_model=16, num_heads=4, dropout=1.5), _literal("dropout must be a number in [0, 1), got 1.5")),
+    ],
+    ids=["not divisible", "zero heads", "dropout"],
+)
+def test_multihead_constructor_rejects(kwargs, message):
+    from companion import MultiHeadAttention
+
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+MHA_CASES = {
+    "query feature size": (
+        lambda m: m(torch.randn(2, 5, 12), _Y, _Y),
+        ValueError,
+        _literal("query must have last dimension d_model=16, got shape (2, 5, 12)"),
+    ),
+    "key feature size": (
+        lambda m: m(_X, torch.randn(2, 7, 12), _Y),
+        ValueError,
+        _literal("key must have last dimension d_model=16, got shape (2, 7, 12)"),
+    ),
+    "value feature size": (
+        lambda m: m(_X, _Y, torch.randn(2, 7, 20)),
+        ValueError,
+        _literal("value must have last dimension d_model=16, got shape (2, 7, 20)"),
+    ),
+    "unbatched query": (
+        lambda m: m(_X[0], _Y, _Y),
+        ValueError,
+        _literal("query must have 3 dimensions, got shape (5, 16)"),
+    ),
+    "batch mismatch": (
+        lambda m: m(_X, _Y[:1], _Y[:1]),
+        ValueError,
+        _literal("query, key and value must have the same batch size, got shapes (2, 5, 16), (1, 7, 16), (1, 7, 16)"),
+    ),
+    "key/value length": (
+        lambda m: m(_X, _Y, _Y[:, :6]),
+        ValueError,
+        _literal("key and value must have the same length, got (2, 7, 16) and (2, 6, 16)"),
+    ),
+    "empty query": (
+        lambda m: m(_X[:, :0], _Y, _Y),
+        ValueError,
+        _literal("query and key must hold at least one position, got (2, 0, 16), (2, 7, 16)"),
+    ),
+    "padding mask of wrong length": (
+        lambda m: m(_X, _Y, _Y, mask=torch.ones(2, 1, 1, 8, dtype=torch.bool)),
+        ValueError,
+        _literal("mask of shape (2, 1, 1, 8) does not broadcast to the attention scores' shape (2, 4, 5, 7)"),
+    ),
+    "mask of wrong batch": (
+        lambda m: m(_X, _Y, _Y, mask=torch.ones(3, 1, 1, 7, dtype=torch.bool)),
+        ValueError,
+        _literal("mask of shape (3, 1, 1, 7) does not broadcast to the attention scores' shape (2, 4, 5, 7)"),
+    ),
+    "ambiguous 3-D mask": (  # [batch, m, n] would silently be read as [heads, m, n] when batch == heads
+        lambda m: m(_X, _Y, _Y, mask=torch.ones(2, 5, 7, dtype=torch.bool)),
+        ValueError,
+        _literal("mask must have 2 or 4 dimensions, got shape (2, 5, 7)"),
+    ),
+    "float mask": (
+        lambda m: m(_X, _Y, _Y, mask=torch.zeros(5, 7)),
+        TypeError,
+        _literal("mask must be a boolean tensor (True = may attend), got dtype torch.float32"),
+    ),
+    "is_causal with a mask": (
+        lambda m: m(_X, _X, _X, mask=causal_mask(5), is_causal=True),
+        ValueError,
+        _literal("pass either mask or is_causal=True, not both"),
+    ),
+    "is_causal cross-attention": (
+        lambda m: m(_X, _Y, _Y, is_causal=True),
+        ValueError,
+        _literal("is_causal=True needs as many keys as queries, got 5 queries and 7 keys"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MHA_CASES))
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_forward_rejects(bad_input_mha, case, need_weights):
+    call, error, message = MHA_CASES[case]
+    with pytest.raises(error, match=message):
+        if need_weights:
+            call(lambda *args, **kwargs: bad_input_mha(*args, need_weights=True, **kwargs))
+        else:
+            call(bad_input_mha)
+
+
+def test_multihead_attention_names_a_wrong_dtype():
+    from companion import MultiHeadAttention
+
+    x = torch.zeros(1, 2, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        MultiHeadAttention(16, 2)(x, x, x)

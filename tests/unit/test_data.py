@@ -415,3 +415,74 @@ def test_real_multi30k_loads_tokenizes_and_batches():
 def test_tokenizer_base_class_is_abstract():
     with pytest.raises(NotImplementedError):
         Tokenizer().encode("x")
+
+
+# -- moved from test_reliability.py: corrupt files name the file and the problem ------------------------------
+def _multi30k_corpus(folder: Path, pairs_by_split=None) -> Path:
+    """40 short pairs per split in Multi30k's gzipped layout (``pairs_by_split`` replaces a split's pairs)."""
+    default = [(f"a man number {i} .", f"ein mann nummer {i} .") for i in range(40)]
+    folder.mkdir(parents=True, exist_ok=True)
+    for stem in ("train", "val", "test_2016_flickr"):
+        pairs = (pairs_by_split or {}).get(stem, default)
+        for side, lang in ((0, "en"), (1, "de")):
+            text = "".join(pair[side] + "\n" for pair in pairs).encode()
+            (folder / f"{stem}.{lang}.gz").write_bytes(gzip.compress(text, mtime=0))
+    return folder
+
+
+def _train_one_step(data_dir: Path, out: Path) -> int:
+    from companion.cli import main
+
+    flags = ["--preset", "tiny", "--data-dir", str(data_dir), "--max-steps", "1", "--device", "cpu", "--out", str(out)]
+    return main(["train", *flags, "--no-progress", "--threads", "1"])
+
+
+CORRUPTIONS = {
+    "truncated": (lambda data: data[: len(data) // 2], r"train\.de\.gz is truncated"),
+    "bad CRC": (
+        lambda data: data[:-8] + bytes([data[-8] ^ 0xFF]) + data[-7:],
+        r"train\.de\.gz is a corrupt gzip file \(CRC check failed",
+    ),
+    "not gzip": (lambda data: b"a man rides a bike .\n" * 40, r"train\.de\.gz is not gzip-compressed"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPTIONS))
+def test_corrupt_gzip_files_name_the_file_and_the_problem(case, tmp_path, capsys):
+    from companion.errors import DataError
+
+    corrupt, message = CORRUPTIONS[case]
+    folder = _multi30k_corpus(tmp_path / "data")
+    target = folder / "train.de.gz"
+    target.write_bytes(corrupt(target.read_bytes()))
+    with pytest.raises(DataError, match=message):
+        load_multi30k("en", "de", folder)
+    assert _train_one_step(folder, tmp_path / "run") == 2
+    assert str(target) in capsys.readouterr().err
+
+
+def test_bytes_that_are_not_utf8_in_data_name_the_file_and_line(tmp_path):
+    from companion.errors import DataError
+
+    folder = _multi30k_corpus(tmp_path / "data")
+    lines = [f"ein mann {i} .".encode() for i in range(40)]
+    lines[2] = b"ein M\xe4nner ."
+    (folder / "val.de.gz").write_bytes(gzip.compress(b"\n".join(lines) + b"\n"))
+    with pytest.raises(DataError, match=r"val\.de\.gz, line 3: not UTF-8 text \(byte\(s\) b'\\xe4"):
+        load_multi30k("en", "de", folder)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_sentence(tmp_path):
+    folder = _multi30k_corpus(tmp_path / "data")
+    (folder / "train.en.gz").write_bytes(
+        gzip.compress("\ufeff".encode() + gzip.decompress((folder / "train.en.gz").read_bytes()))
+    )
+    assert load_multi30k("en", "de", folder)["train"][0][0] == "a man number 0 ."
+
+
+def test_all_empty_data_names_the_files(tmp_path, capsys):
+    folder = _multi30k_corpus(tmp_path / "data", {"train": [("", "ein mann ."), ("   ", "")]})
+    with pytest.warns(UserWarning, match="dropped 2 pair"):
+        assert _train_one_step(folder, tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert f"{folder / 'train.en.gz'} and {folder / 'train.de.gz'} hold no sentence pair" in err

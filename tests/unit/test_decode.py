@@ -421,3 +421,48 @@ def test_decoding_leaves_the_model_mode_alone():
         assert model.training
     finally:
         model.eval()
+
+
+# -- moved from test_reliability.py: non-finite scores, the decoder's mask and cache, named argument errors ----
+def test_decoding_a_model_whose_scores_are_not_finite_fails_clearly(tiny_model, tokens):
+    from companion.errors import NonFiniteOutputError
+
+    model = tiny_model()
+    with torch.no_grad():
+        model.tgt_embed.weight.mul_(1e38)  # finite but absurd weights: the scores overflow
+    src = tokens(2, 5, 23)
+    with pytest.raises(NonFiniteOutputError, match="inf or nan"):
+        greedy_decode(model, src)
+    with pytest.raises(NonFiniteOutputError, match="inf or nan"):
+        beam_search(model, src, beam_size=3)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_beam_search_refuses_a_nonfinite_alpha(value, tiny_model, tokens):
+    with pytest.raises(ValueError, match="alpha"):
+        beam_search(tiny_model(), tokens(1, 3, 23), alpha=value)
+
+
+def test_decode_checks_the_source_mask_shape_exactly(tiny_model, tokens):
+    model = tiny_model()
+    src = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8], [5, 6, 0, 0]])  # batch 3 == target length 3
+    memory, mask = model.encode(src)
+    tgt = tokens(3, 3, 19)
+    with pytest.raises(ValueError, match=r"src_mask must be .*\[3, 1, 1, 4\].* shape \[3, 4\]"):
+        model.decode(tgt, memory, src != 0)  # 2-D: used to broadcast silently over the target positions
+    with pytest.raises(ValueError, match="src_mask must be"):
+        model.decode(tgt, memory, mask.float())
+    assert torch.equal(model.decode(tgt, memory, mask), model(src, tgt))
+
+
+def test_decoding_api_errors_name_the_argument(tiny_model, tokens):
+    model = tiny_model()
+    with pytest.raises(TypeError, match=r"src must hold integer token ids \(torch.long\), got dtype torch.uint8"):
+        model(tokens(2, 3, 23).to(torch.uint8), tokens(2, 3, 19))
+    with pytest.raises(ValueError, match="device must be .*'gpu0'"):
+        translate_ids(model, [[5, 3]], device="gpu0")
+    memory, mask = model.encode(tokens(2, 3, 23))
+    cache = model.new_cache()
+    model.decode(tokens(2, 1, 19), memory, mask, cache=cache)
+    with pytest.raises(ValueError, match="cache holds 2 rows but query has batch size 1"):
+        model.decode(tokens(1, 1, 19), memory[:1], mask[:1], cache=cache)

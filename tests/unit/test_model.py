@@ -389,3 +389,141 @@ def test_runs_on_device(tiny_model, tokens, device, autocast_dtype):
 def test_layer_norm_eps_must_be_a_positive_finite_number(eps):
     with pytest.raises((ValueError, TypeError), match="layer_norm_eps"):
         TransformerConfig(10, 10, d_model=8, num_heads=2, layer_norm_eps=eps)
+
+
+# -- moved from test_bad_input.py: bad input fails early, naming the argument, the expected and the actual ------
+def _literal(text: str) -> str:
+    """A literal message fragment for ``pytest.raises(match=...)``."""
+    import re
+
+    return re.escape(text)
+
+
+_D_MODEL = 16
+_SRC = torch.randint(1, 23, (2, 6))
+_TGT = torch.randint(1, 19, (2, 5))
+
+
+@pytest.fixture(scope="module")
+def bad_input_model() -> Transformer:
+    config = TransformerConfig(
+        23, 19, d_model=_D_MODEL, num_heads=4, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=64
+    )
+    return Transformer(config).eval()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(d_model=10, num_heads=4),
+            _literal("d_model must be divisible by num_heads, got d_model=10 and num_heads=4"),
+        ),
+        (dict(d_model=0), _literal("d_model must be a positive integer, got 0")),
+        (dict(num_encoder_layers=-1), _literal("num_encoder_layers must be an integer >= 0, got -1")),
+        (dict(dropout=1.0), _literal("dropout must be a number in [0, 1), got 1.0")),
+        (dict(pad_id=19), _literal("pad_id (a token id of both vocabularies) must be an integer in [0, 18], got 19")),
+        (
+            dict(share_embeddings=True),
+            _literal("share_embeddings=True needs src_vocab_size == tgt_vocab_size, got 23 and 19"),
+        ),
+        (dict(positional="rotary"), _literal("positional must be one of ['sinusoidal', 'learned'], got 'rotary'")),
+    ],
+    ids=["not divisible", "zero width", "negative layers", "dropout", "pad id", "share vocab", "positional"],
+)
+def test_config_rejects(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(23, 19, **kwargs)
+
+
+def test_config_from_dict_and_model_reject_wrong_types():
+    with pytest.raises(ValueError, match=_literal("unknown TransformerConfig fields: ['dmodel']")):
+        TransformerConfig.from_dict({"src_vocab_size": 3, "tgt_vocab_size": 3, "dmodel": 4})
+    with pytest.raises(TypeError, match=_literal("config must be a TransformerConfig, got dict")):
+        Transformer({"src_vocab_size": 3})
+
+
+MODEL_CASES = {
+    "src id = vocab size": (
+        lambda m: m(torch.tensor([[1, 23]]), _TGT[:1]),
+        ValueError,
+        _literal("src holds token id 23, outside the vocabulary [0, 23) (vocab_size=23)"),
+    ),
+    "tgt id > vocab size": (
+        lambda m: m(_SRC, torch.tensor([[1, 2, 40], [1, 2, 3]])),
+        ValueError,
+        _literal("tgt holds token id 40, outside the vocabulary [0, 19) (vocab_size=19)"),
+    ),
+    "negative src id": (
+        lambda m: m(torch.tensor([[4, -1]]), _TGT[:1]),
+        ValueError,
+        _literal("src holds token id -1, outside the vocabulary [0, 23)"),
+    ),
+    "empty src": (
+        lambda m: m(_SRC[:, :0], _TGT),
+        ValueError,
+        _literal("src must be a non-empty [batch, seq] tensor, got shape (2, 0)"),
+    ),
+    "empty tgt": (
+        lambda m: m(_SRC, _TGT[:, :0]),
+        ValueError,
+        _literal("tgt must be a non-empty [batch, seq] tensor, got shape (2, 0)"),
+    ),
+    "empty batch": (
+        lambda m: m(_SRC[:0], _TGT[:0]),
+        ValueError,
+        _literal("src must be a non-empty [batch, seq] tensor, got shape (0, 6)"),
+    ),
+    "float src": (
+        lambda m: m(_SRC.float(), _TGT),
+        TypeError,
+        _literal("src must hold integer token ids (torch.long), got dtype torch.float32"),
+    ),
+    "bool tgt": (
+        lambda m: m(_SRC, _TGT > 3),
+        TypeError,
+        _literal("tgt must hold integer token ids (torch.long), got dtype torch.bool"),
+    ),
+    "1-D src": (lambda m: m(_SRC[0], _TGT), ValueError, _literal("src must have 2 dimensions, got shape (6,)")),
+    "list src": (lambda m: m(_SRC.tolist(), _TGT), TypeError, _literal("src must be a torch.Tensor, got list")),
+    "batch mismatch": (
+        lambda m: m(_SRC, torch.randint(1, 19, (3, 5))),
+        ValueError,
+        _literal("src and tgt must have the same batch size, got 2 and 3"),
+    ),
+    "longer than max_len": (
+        lambda m: m(torch.randint(1, 23, (2, 65)), _TGT),
+        ValueError,
+        _literal("positions 0..64 exceed max_len=64"),
+    ),
+    "memory feature size": (
+        lambda m: m.decode(_TGT, torch.randn(2, 6, 8)),
+        ValueError,
+        _literal("memory must have last dimension d_model=16, got shape (2, 6, 8)"),
+    ),
+    "memory batch": (
+        lambda m: m.decode(_TGT, torch.randn(3, 6, _D_MODEL)),
+        ValueError,
+        _literal("memory and tgt must have the same batch size, got 3 and 2"),
+    ),
+    "src mask does not broadcast": (
+        lambda m: m.decode(_TGT, torch.randn(2, 6, _D_MODEL), torch.ones(2, 1, 1, 5, dtype=torch.bool)),
+        ValueError,
+        _literal(
+            "src_mask must be the boolean key-padding mask [batch, 1, 1, n] = [2, 1, 1, 6] that encode() returns, "
+            "got torch.bool of shape [2, 1, 1, 5]"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MODEL_CASES))
+def test_transformer_rejects(bad_input_model, case):
+    call, error, message = MODEL_CASES[case]
+    with pytest.raises(error, match=message):
+        call(bad_input_model)
+
+
+def test_encode_rejects_out_of_vocabulary_ids(bad_input_model):
+    with pytest.raises(ValueError, match=_literal("src holds token id 99, outside the vocabulary [0, 23)")):
+        bad_input_model.encode(torch.tensor([[1, 99]]))

@@ -118,3 +118,24 @@ def test_learned_rows_of_unseen_positions_keep_their_values_under_adam():
         optimizer.step()
     assert not torch.equal(module.weight[:4], start[:4])
     assert torch.equal(module.weight[4:], start[4:])
+
+
+# -- moved from test_bad_input.py: bad input fails early, naming the argument ---------------------------------
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: sinusoidal_encoding(0, 8), "num_positions must be a positive integer, got 0"),
+        (lambda: sinusoidal_encoding(4, 7), "d_model must be even for sinusoidal encodings (sin/cos pairs), got 7"),
+        (lambda: PositionalEncoding(8, max_len=4)(torch.randn(1, 5, 8)), "positions 0..4 exceed max_len=4"),
+        (
+            lambda: PositionalEncoding(8)(torch.randn(1, 5, 6)),
+            "x must have last dimension d_model=8, got shape (1, 5, 6)",
+        ),
+    ],
+    ids=["zero positions", "odd d_model", "beyond max_len", "wrong feature size"],
+)
+def test_position_helpers_reject(call, message):
+    import re
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()

@@ -11,16 +11,11 @@ import torch.nn.functional as F
 from _copy_model import exact_match
 
 from companion import Transformer, TransformerConfig
+from companion.checkpoint import latest_valid_checkpoint, list_checkpoints, load_checkpoint
 from companion.data import make_batches, synthetic_pairs
 from companion.devices import resolve_device
-from companion.train import (
-    DeviceUnavailableError,
-    TrainConfig,
-    Trainer,
-    TrainingDivergedError,
-    label_smoothed_loss,
-    noam_lr,
-)
+from companion.errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
+from companion.train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -235,7 +230,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_weights():
 
 # -- configuration and devices ---------------------------------------------------------------------------
 def test_train_config_validates():
-    with pytest.raises(ValueError, match="max_steps, max_minutes or max_epochs"):
+    with pytest.raises(ConfigError, match=r"set a limit: max_steps \(--max-steps\), max_minutes"):
         TrainConfig()
     with pytest.raises(ValueError, match="accum_steps"):
         TrainConfig(max_steps=1, accum_steps=0)
@@ -298,7 +293,118 @@ def test_gradient_clipping_bounds_the_gradient_norm():
     ],
 )
 def test_train_config_rejects_non_finite_numbers(field, value):
-    from companion.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=f"{field} must be a finite number"):
+    with pytest.raises(ConfigError, match=rf"{field}( \(--[a-z-]+\))? must be a finite number"):
         TrainConfig(**{"max_steps": 1, field: value})
+
+
+def test_train_config_options_declare_their_flags_and_check_their_types():
+    with pytest.raises(ConfigError, match=r"bf16 \(--no-bf16\) must be True or False, got 'yes'"):
+        TrainConfig(max_steps=1, bf16="yes")
+    with pytest.raises(ConfigError, match=r"device \(--device\) must be a string"):
+        TrainConfig(max_steps=1, device=0)
+
+
+def test_the_loss_names_a_target_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"target holds token id 7, outside the vocabulary \[0, 5\)"):
+        label_smoothed_loss(torch.zeros(1, 2, 5), torch.tensor([[1, 7]]))
+
+
+# -- divergence: a diverged run never leaves a "good" checkpoint ------------------------------------------------
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _diverging_trainer(tmp_path, at_step: int, **config) -> Trainer:
+    """A trainer whose optimizer step number ``at_step`` turns one weight into inf (a stand-in for a huge
+    learning rate, deterministic and fast)."""
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=10, warmup=4, progress=False, device="cpu", **config),
+        copy_batches(200),
+        out_dir=tmp_path,
+    )
+    calls = []
+
+    def after_step(optimizer, args, kwargs):
+        calls.append(1)
+        if len(calls) == at_step:
+            with torch.no_grad():
+                next(trainer.model.parameters()).view(-1)[0] = float("inf")
+
+    trainer.optimizer.register_step_post_hook(after_step)
+    return trainer
+
+
+def test_an_update_that_makes_weights_nonfinite_stops_and_saves_nothing_from_them(tmp_path):
+    trainer = _diverging_trainer(tmp_path, at_step=3, save_every=1)
+    with pytest.raises(TrainingDivergedError, match="step 3") as caught:
+        trainer.train()
+    assert "step_00000002.pt" in str(caught.value) and "verified" in str(caught.value)
+    assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["step_00000001.pt", "step_00000002.pt"]
+    for path in list_checkpoints(tmp_path / "checkpoints"):
+        load_checkpoint(path)  # every file on disk loads, and loading checks that every tensor is finite
+    with pytest.raises(TrainingDivergedError, match="inf or nan"):
+        trainer.save_checkpoint()  # not even on request
+
+
+def test_a_nonfinite_gradient_is_caught_before_the_update(tmp_path):
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=5, warmup=4, progress=False, device="cpu", save_every=1),
+        copy_batches(200),
+        out_dir=tmp_path,
+    )
+    calls = []
+
+    def poison(grad: torch.Tensor) -> torch.Tensor:  # the loss stays finite; one gradient does not
+        calls.append(1)
+        return grad * float("inf") if len(calls) == 2 else grad
+
+    first = next(trainer.model.parameters())
+    first.register_hook(poison)
+    before = []
+    trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: before.append(_weights(trainer.model)))
+    with pytest.raises(TrainingDivergedError, match="gradient norm became (inf|nan) at step 2") as caught:
+        trainer.train()
+    assert "not applied" in str(caught.value) and "step_00000001.pt" in str(caught.value)
+    assert trainer.state.step == 1 and len(before) == 1  # the second update never ran
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_the_latest_good_checkpoint_is_verified_not_just_the_newest_file(tmp_path):
+    trainer = _diverging_trainer(tmp_path, at_step=4, save_every=1)
+    folder = tmp_path / "checkpoints"
+    real_save = trainer.save_checkpoint
+
+    def save_then_damage(*args, **kwargs):
+        path = real_save(*args, **kwargs)
+        if path.name == "step_00000003.pt":
+            path.write_bytes(path.read_bytes()[:100])  # torn by a disk fault after the write
+        return path
+
+    trainer.save_checkpoint = save_then_damage
+    with pytest.raises(TrainingDivergedError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert str(folder / "step_00000002.pt") in message and "step_00000003.pt" not in message
+    assert "passed over" in message
+    assert latest_valid_checkpoint(folder)[0] == folder / "step_00000002.pt"
+
+
+def test_a_nonfinite_validation_loss_stops_without_a_final_checkpoint(tmp_path, monkeypatch):
+    trainer = Trainer(
+        small_model(),
+        TrainConfig(max_steps=2, warmup=4, progress=False, device="cpu"),
+        copy_batches(200),
+        copy_batches(20),
+        out_dir=tmp_path,
+    )
+
+    def overflowing(batches=None, log=False):
+        trainer.state.last_valid = {"valid_loss": math.inf, "valid_nll": math.inf, "valid_ppl": math.inf}
+        return trainer.state.last_valid
+
+    monkeypatch.setattr(trainer, "evaluate", overflowing)
+    with pytest.raises(TrainingDivergedError, match="validation loss is inf"):
+        trainer.train()
+    assert list_checkpoints(tmp_path / "checkpoints") == []

@@ -1,0 +1,77 @@
+"""The named presets (tiny, small, base, big): one table for the model shape and the training settings of each.
+
+``PRESETS[name].model`` holds :class:`~companion.model.TransformerConfig` fields (read by
+``TransformerConfig.from_preset``, ``.base`` and ``.big``), ``.train`` :class:`~companion.train.TrainConfig`
+fields and ``.data`` the batching of a run (``max_tokens``); ``companion train --preset NAME`` reads all three, and
+every flag given explicitly overrides its preset value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["Preset", "PRESETS", "preset", "DEFAULT_SAVE_EVERY_MINUTES", "DEFAULT_AVERAGE_LAST"]
+
+# The checkpoint setting of ``companion train`` measured best on Multi30k with 2 CPU cores
+# (bench/results/multi30k_cpu_de-en.json): with a --max-minutes budget a checkpoint every minute, of which the
+# last 5 are averaged (the paper's checkpoint averaging).
+DEFAULT_SAVE_EVERY_MINUTES = 1.0
+DEFAULT_AVERAGE_LAST = 5
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One named setting: ``model`` (TransformerConfig fields), ``train`` (TrainConfig fields), ``data`` (batching)."""
+
+    model: Mapping[str, Any]
+    train: Mapping[str, Any]
+    data: Mapping[str, Any]
+
+    def describe(self) -> str:
+        """One line for ``--help``: ``d_model=128 layers=2 ... max_tokens=600 warmup=400 lr_factor=1.0``."""
+        m = self.model
+        return (
+            f"d_model={m['d_model']} layers={m['num_encoder_layers']} d_ff={m['d_ff']} heads={m['num_heads']} "
+            f"dropout={m['dropout']} {'pre-LN' if m['norm_first'] else 'post-LN'} "
+            + " ".join(f"{k}={v}" for k, v in {**self.data, **self.train}.items())
+        )
+
+
+def _preset(model: dict[str, Any], train: dict[str, Any], data: dict[str, Any]) -> Preset:
+    return Preset(MappingProxyType(model), MappingProxyType(train), MappingProxyType(data))
+
+
+def _shape(d_model: int, heads: int, layers: int, d_ff: int, dropout: float) -> dict[str, Any]:
+    return dict(
+        d_model=d_model,
+        num_heads=heads,
+        num_encoder_layers=layers,
+        num_decoder_layers=layers,
+        d_ff=d_ff,
+        dropout=dropout,
+        norm_first=False,
+    )
+
+
+PRESETS: Mapping[str, Preset] = MappingProxyType(
+    {
+        # a few seconds on a laptop CPU: tests and quick starts
+        "tiny": _preset(_shape(64, 4, 2, 256, 0.1), dict(warmup=200, lr_factor=1.0), dict(max_tokens=2000)),
+        # Multi30k on 2 CPU cores in ~20 minutes (tuned with bench/multi30k.py: many small steps beat a wider model)
+        "small": _preset(_shape(128, 4, 2, 512, 0.1), dict(warmup=400, lr_factor=1.0), dict(max_tokens=600)),
+        # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
+        "base": _preset(_shape(512, 8, 6, 2048, 0.1), dict(warmup=4000, lr_factor=1.0), dict(max_tokens=25000)),
+        # the paper's big model: 213M parameters
+        "big": _preset(_shape(1024, 16, 6, 4096, 0.3), dict(warmup=4000, lr_factor=1.0), dict(max_tokens=25000)),
+    }
+)
+
+
+def preset(name: str) -> Preset:
+    """``PRESETS[name]``, or a ValueError listing the names."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {list(PRESETS)}, got {name!r}")
+    return PRESETS[name]
