@@ -44,9 +44,14 @@ def batches(seed: int = 0, n: int = 120):
 
 
 def tokenizers():
+    """Word vocabularies of 20 entries each, the vocabulary sizes of ``make_model``."""
     return {
-        "src": WordTokenizer.build(["a small dog runs", "a cat"], "en"),
-        "tgt": WordTokenizer.build(["ein kleiner Hund rennt", "eine Katze"], "de"),
+        "src": WordTokenizer.build(
+            ["a small dog runs", "a cat", "one two three four five six seven eight nine ten eleven"], "en"
+        ),
+        "tgt": WordTokenizer.build(
+            ["ein kleiner Hund rennt", "eine Katze", "eins zwei drei vier fünf sechs sieben acht neun zehn"], "de"
+        ),
     }
 
 
@@ -173,7 +178,7 @@ def test_truncated_empty_garbage_and_bit_flipped_files_give_clear_errors(tmp_pat
     cases = {
         "truncated.pt": (data[: len(data) // 2], "truncated or corrupt"),
         "empty.pt": (b"", "empty"),
-        "garbage.pt": (b"this is not a checkpoint\n" * 20, "truncated or corrupt"),
+        "garbage.pt": (b"\x00\x01 this is not a checkpoint\n" * 20, "not a zip archive"),
     }
     flipped = bytearray(data)
     offset = data.index(b"data/0") + 200  # inside the first tensor's bytes
@@ -257,3 +262,250 @@ def test_trainer_keeps_the_last_n_checkpoints(tmp_path):
         "step_00000010.pt",
     ]
     assert not [p for p in os.listdir(tmp_path / "checkpoints") if p.endswith(".tmp")]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Issue 21: tampered, impossible and foreign files are refused before anything is built
+# --------------------------------------------------------------------------------------------------------
+def resealed(path, change):
+    """Rewrite the checkpoint at ``path`` as a tamperer would: contents changed, digest recomputed (the digest is
+    an integrity check, not a signature), written with plain ``torch.save`` (no checks)."""
+    checkpoint = torch.load(path, weights_only=True)
+    change(checkpoint)
+    checkpoint["content_sha256"] = ckpt_module._digest(checkpoint)
+    torch.save(checkpoint, path)
+    return path
+
+
+def trained_checkpoint(folder):
+    """A one-step checkpoint with trainer state and word vocabularies."""
+    config = TrainConfig(max_steps=1, device="cpu", progress=False)
+    Trainer(make_model(), config, batches(n=20), out_dir=folder, tokenizers=tokenizers()).train()
+    return latest_checkpoint(folder / "checkpoints")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("d_model", 2**30), ("max_len", 10**9), ("num_encoder_layers", 10**6), ("src_vocab_size", 10**10)],
+)
+def test_a_config_that_does_not_fit_the_weights_is_refused_before_building(field, value, tmp_path, monkeypatch):
+    """d_model 2^30 would allocate 80 GB; the file is refused from the tensor shapes alone (a model may be
+    described on the meta device, which allocates nothing)."""
+    path = save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1)
+    resealed(path, lambda c: c["model_config"].update({field: value}))
+    real_init = Transformer.__init__
+
+    def init_on_meta_only(self, config):
+        if torch.empty(0).device.type != "meta":
+            raise AssertionError("the loader built a model before comparing its config with the weights")
+        real_init(self, config)
+
+    monkeypatch.setattr(Transformer, "__init__", init_on_meta_only)
+    with pytest.raises(CheckpointError, match=rf"c\.pt.*{field}"):
+        load_checkpoint(path)
+    with pytest.raises(CheckpointError, match=field):
+        model_from_checkpoint(path)
+
+
+def test_compressed_members_are_refused_before_they_are_inflated(tmp_path):
+    """torch.save stores every member uncompressed; a deflated one (a zip bomb: 64 MB of zeros in 70 kB) is
+    refused from the zip directory, before torch.load inflates it."""
+    import zipfile
+
+    path = save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1)
+    resealed(path, lambda c: c["metrics"].update(padding=torch.zeros(16 * 2**20)))
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info))
+    assert bomb.stat().st_size < 2**20
+    with pytest.raises(CheckpointError, match=r"bomb\.pt.*compressed.*not written by torch\.save"):
+        load_checkpoint(bomb)
+
+
+@pytest.mark.parametrize(
+    "content, what",
+    [
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 10485760\n", "Git LFS pointer"),
+        (b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head></html>\n", "HTML page"),
+        (b"\n\n  <html><body>Rate limit exceeded</body></html>", "HTML page"),
+        (b"\x1f\x8b\x08\x00 compressed bytes", "gzip"),
+        (b"just some notes I saved under the wrong name\n", "text file"),
+        (b"\x80\x02}q\x00.", "pickle"),
+    ],
+)
+def test_files_that_are_not_checkpoints_are_named_for_what_they_are(content, what, tmp_path):
+    path = tmp_path / "step_00000001.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=rf"step_00000001\.pt is (a|an) .*{what}") as caught:
+        load_checkpoint(path)
+    assert "Unsupported operand" not in str(caught.value) and "tampered" not in str(caught.value)
+
+
+def _deeply_nested(depth):
+    nested: dict = {}
+    for _ in range(depth):
+        nested = {"x": nested}
+    return nested
+
+
+TAMPERED_ENTRIES = {
+    "run_info a string": (lambda c: c.update(run_info="a string"), "run_info"),
+    "step a string": (lambda c: c.update(step="1"), "step"),
+    "negative step": (lambda c: c.update(step=-1), "step"),
+    "an extra key in trainer_state": (lambda c: c["trainer_state"].update(surprise=1), "trainer_state.*surprise"),
+    "a counter of the wrong type": (lambda c: c["trainer_state"]["state"].update(epoch="0"), "trainer_state.*epoch"),
+    "a bad RNG state": (lambda c: c["trainer_state"]["rng"][0].update(torch=torch.zeros(3)), "trainer_state.*rng"),
+    "RNG states for another world size": (lambda c: c["trainer_state"].update(world_size=2), "world_size"),
+    "model_state a list": (lambda c: c.update(model_state=list(c["model_state"].values())), "model_state"),
+    "a weight that is no tensor": (lambda c: c["model_state"].update({"generator.weight": 1.0}), "generator.weight"),
+    "a missing embedding": (lambda c: c["model_state"].pop("tgt_embed.weight"), "lacks .*tgt_embed.weight"),
+    "an embedding of another width": (
+        lambda c: c["model_state"].update({"tgt_embed.weight": torch.zeros(20, 16)}),
+        r"d_model is 32, but model_state\['tgt_embed.weight'\] has shape \(20, 16\)",
+    ),
+    "a layer more than the config says": (
+        lambda c: c["model_state"].update({"decoder.layers.1.ffn.linear1.bias": torch.zeros(64)}),
+        "num_decoder_layers is 1, but model_state holds 2 decoder layers",
+    ),
+    "a tokenizer larger than the model's vocabulary": (
+        lambda c: c["tokenizers"]["tgt"]["itos"].append("extra"),
+        "tgt tokenizer has 21 entries.*tgt_vocab_size 20",
+    ),
+    "tokenizers a list": (lambda c: c.update(tokenizers=["src", "tgt"]), "tokenizers"),
+    "deeply nested metrics": (lambda c: c.update(metrics=_deeply_nested(5000)), "metrics.*nest"),
+    "metrics a list": (lambda c: c.update(metrics=[1, 2]), "metrics"),
+    "averaged_from not names": (lambda c: c.update(averaged_from=[1, 2]), "averaged_from"),
+    "an unknown entry": (lambda c: c.update(payload=b"x" * 4), "payload"),
+    "a version that is no string": (lambda c: c.update(companion_version=2), "companion_version"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED_ENTRIES))
+def test_every_entry_of_a_resealed_checkpoint_is_validated(case, tmp_path):
+    change, message = TAMPERED_ENTRIES[case]
+    path = trained_checkpoint(tmp_path / "run")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)  # only to write the deeply nested case
+    try:
+        resealed(path, change)
+    finally:
+        sys.setrecursionlimit(limit)
+    with pytest.raises(CheckpointError, match=message) as caught:
+        load_checkpoint(path)
+    assert path.name in str(caught.value)
+
+
+def test_the_untampered_trained_checkpoint_passes_the_same_checks(tmp_path):
+    """Guards the test above: the file it tampers with is valid as written."""
+    path = resealed(trained_checkpoint(tmp_path / "run"), lambda c: None)
+    checkpoint = load_checkpoint(path)
+    src, tgt = tokenizers_from_checkpoint(checkpoint)
+    assert (src.vocab_size, tgt.vocab_size) == (20, 20)
+    trainer = Trainer(make_model(seed=3), TrainConfig(max_steps=2, device="cpu", progress=False), batches(n=20))
+    trainer.load_checkpoint(path)
+    assert trainer.state.step == 1
+
+
+def test_a_subword_tokenizer_of_another_size_is_refused(tmp_path):
+    from companion.data import SubwordTokenizer
+
+    tok = SubwordTokenizer.train(["a man rides a bike .", "ein mann fährt rad ."] * 5, vocab_size=60)
+    assert tok.vocab_size != 20  # make_model's vocabularies
+    with pytest.raises(CheckpointError, match=rf"src tokenizer has {tok.vocab_size} entries"):
+        save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1, tokenizers={"src": tok, "tgt": tok})
+    assert not (tmp_path / "c.pt").exists()
+
+
+def _interrupt_inside_torch_save(monkeypatch):
+    """Ctrl-C while torch's zip writer calls the file's ``write``: it turns the KeyboardInterrupt into
+    ``RuntimeError: [enforce fail at inline_container.cc] unexpected pos ...``."""
+    real_save = torch.save
+
+    class InterruptedFile:
+        def __init__(self, handle):
+            self.handle, self.calls = handle, 0
+
+        def write(self, data):
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+            return self.handle.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    monkeypatch.setattr(ckpt_module.torch, "save", lambda obj, handle: real_save(obj, InterruptedFile(handle)))
+
+
+def test_ctrl_c_during_a_write_says_what_happened_and_what_is_intact(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoints"
+    model = make_model()
+    _interrupt_inside_torch_save(monkeypatch)
+    with pytest.raises(KeyboardInterrupt, match="interrupted while writing .*step_00000001.pt") as first:
+        save_checkpoint(folder / "step_00000001.pt", model=model, step=1)
+    assert "intact" not in str(first.value) and "no earlier checkpoint" in str(first.value)
+    assert list(folder.iterdir()) == []  # no temp file
+    monkeypatch.undo()
+    good = save_checkpoint(folder / "step_00000001.pt", model=model, step=1)
+    _interrupt_inside_torch_save(monkeypatch)
+    with pytest.raises(KeyboardInterrupt, match=r"the previous checkpoint is intact \(step_00000001\.pt\)") as second:
+        save_checkpoint(folder / "step_00000002.pt", model=model, step=2)
+    assert "enforce fail" not in str(second.value) and "unexpected pos" not in str(second.value)
+    monkeypatch.undo()
+    assert [p.name for p in folder.iterdir()] == [good.name]
+    assert load_checkpoint(good)["step"] == 1
+
+
+def test_a_failed_first_write_does_not_claim_a_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    def no_space(obj, handle):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ckpt_module.torch, "save", no_space)
+    with pytest.raises(CheckpointError, match="Input/output error") as caught:
+        save_checkpoint(tmp_path / "step_00000001.pt", model=make_model(), step=1)
+    assert "intact" not in str(caught.value)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_checkpoint_files_follow_the_umask(umask, mode, tmp_path):
+    before = os.umask(umask)
+    try:
+        path = save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1)
+    finally:
+        os.umask(before)
+    assert path.stat().st_mode & 0o777 == mode
+
+
+def test_model_from_checkpoint_checks_a_dict_as_it_checks_a_file(tmp_path):
+    checkpoint = load_checkpoint(save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1))
+    with pytest.raises(CheckpointError, match="lacks the entry 'model_config'"):
+        model_from_checkpoint({})
+    broken = dict(checkpoint, model_state=dict(checkpoint["model_state"]))
+    broken["model_state"]["generator.weight"] = torch.full((20, 32), float("nan"))
+    with pytest.raises(CheckpointError, match="inf or nan.*generator.weight"):
+        model_from_checkpoint(broken)
+    meta = dict(checkpoint, model_state={k: v.to("meta") for k, v in checkpoint["model_state"].items()})
+    with pytest.raises(CheckpointError, match="model_state.*meta device"):
+        model_from_checkpoint(meta)
+    with pytest.raises(CheckpointError, match="'model_state' must be a dict"):
+        model_from_checkpoint(dict(checkpoint, model_state=[1, 2]))
+    other_shape = dict(checkpoint, model_state=dict(checkpoint["model_state"], **{"generator.bias": torch.zeros(3)}))
+    with pytest.raises(CheckpointError, match="weights do not fit the model.*generator.bias"):
+        model_from_checkpoint(other_shape)
+    assert not model_from_checkpoint(checkpoint).training  # the untouched dict still builds
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_model_from_checkpoint_resolves_the_device_first(tmp_path):
+    from companion.errors import ConfigError, DeviceUnavailableError
+
+    path = save_checkpoint(tmp_path / "c.pt", model=make_model(), step=1)
+    with pytest.raises(DeviceUnavailableError, match="CUDA is not available"):
+        model_from_checkpoint(path, device="cuda")
+    with pytest.raises(ConfigError, match="device must be .*'bogus'"):
+        model_from_checkpoint(path, device="bogus")
+    assert next(model_from_checkpoint(path, device="auto").parameters()).device.type == "cpu"
+
