@@ -276,3 +276,17 @@ def test_stored_batches_equal_make_batches_on_multi30k(tmp_path):
         reference = encode_pairs(train, src_tok, tgt_tok, max_len=20)
     for seed, max_tokens in ((0, 1000), (5, 4096)):
         assert_same_batches(StoredBatches(store, max_tokens, seed=seed), make_batches(reference, max_tokens, seed=seed))
+
+
+def test_a_dataset_corpus_goes_through_the_store_too(tmp_path, tokenizer):
+    import datasets
+
+    from companion.data.corpus import disk_corpus
+
+    rows = [{"fr": s, "en": " ".join(reversed(s.split()))} for s in SENTENCES * 4]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    corpus = disk_corpus(tmp_path / "saved", src="fr", tgt="en")
+    store = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path / "cache", workers=1)
+    assert store.meta["data"]["rows"] == 20 and store.meta["data"]["fingerprint"]
+    reference = encode_pairs([(r["fr"], r["en"]) for r in rows], tokenizer, tokenizer)
+    assert_same_batches(StoredBatches(store, 40, seed=4), make_batches(reference, 40, seed=4))
