@@ -8,8 +8,12 @@ vocabularies), made by ``tools/make_pretrained.py`` with the command recorded in
 2. in the folder named by the environment variable ``COMPANION_PRETRAINED_DIR``;
 3. in the ``pretrained/`` folder of a repository checkout (an editable install, or the book's chapters);
 4. in the user cache (``~/.cache/companion``), where an earlier download left it;
-5. otherwise it downloads the file from the repository on GitHub into that cache (online only) and checks its
-   SHA-256 digest before use.
+5. otherwise it downloads the file from the repository on GitHub into that cache (online only).
+
+Whatever the place it finds the file in (1. excepted: a file you name is loaded as it is), the file must be the
+shipped one: its SHA-256 is compared with the one recorded in ``PRETRAINED_MODELS``, so a modified copy
+(vocabulary entries swapped and the checkpoint's own content digest recomputed, say) is refused with a
+:class:`~companion.errors.PretrainedUnavailableError` that names it.
 
 Offline and without a copy, it stops at once with a :class:`~companion.errors.PretrainedUnavailableError` that
 says where to put the file.
@@ -24,13 +28,14 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
-from .checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from .checkpoint import follow_umask, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from .data import Tokenizer
 from .decode import translate
+from .devices import resolve_device
 from .errors import PretrainedUnavailableError
 from .model import Transformer
 
@@ -39,7 +44,7 @@ __all__ = ["PRETRAINED_MODELS", "PretrainedModel", "load_pretrained", "pretraine
 PRETRAINED_DIR_ENV = "COMPANION_PRETRAINED_DIR"
 _REPOSITORY_RAW = "https://github.com/attention-executed/attention-executed/raw/main/pretrained"
 
-# name -> file name and SHA-256 of the shipped file (checked after a download)
+# name -> file name and SHA-256 of the shipped file (checked wherever the file is found)
 PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
         "file": "de-en-small.pt",
@@ -63,8 +68,19 @@ class PretrainedModel:
     path: Path
     info: dict[str, Any] = field(default_factory=dict)
 
-    def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6) -> list[str]:
-        """Translate plain-text ``sentences``; returns detokenized translations in the same order."""
+    @overload
+    def translate(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]; the str case comes first
+        self, sentences: str, *, beam_size: int = 4, alpha: float = 0.6
+    ) -> str: ...
+
+    @overload
+    def translate(self, sentences: Sequence[str], *, beam_size: int = 4, alpha: float = 0.6) -> list[str]: ...
+
+    def translate(self, sentences: str | Sequence[str], *, beam_size: int = 4, alpha: float = 0.6) -> str | list[str]:
+        """Translate plain text: one sentence (a string) gives its translation (a string); a list of sentences
+        gives the detokenized translations in the same order."""
+        if isinstance(sentences, str):
+            return self.translate([sentences], beam_size=beam_size, alpha=alpha)[0]
         return translate(
             self.model, list(sentences), self.src_tokenizer, self.tgt_tokenizer, beam_size=beam_size, alpha=alpha
         )
@@ -97,6 +113,7 @@ def _download(name: str, entry: dict[str, str]) -> Path:
     url = f"{_REPOSITORY_RAW}/{entry['file']}"
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".download-", suffix=".tmp")
+    follow_umask(handle)  # mkstemp makes it 0600; the cache copy is an ordinary file
     os.close(handle)
     try:
         with urllib.request.urlopen(url, timeout=30) as response, open(temporary, "wb") as out:  # noqa: S310
@@ -116,13 +133,29 @@ def _download(name: str, entry: dict[str, str]) -> Path:
     return target
 
 
+def _check_shipped(path: Path, entry: dict[str, str]) -> None:
+    """Refuse a copy of the shipped file that is not byte for byte the shipped file."""
+    found = _sha256(path)
+    if entry["sha256"] and found != entry["sha256"]:
+        raise PretrainedUnavailableError(
+            f"{path} is not the shipped {entry['file']}: its SHA-256 is {found}, the shipped file's is "
+            f"{entry['sha256']} (the copy was modified, or belongs to another version of companion). Delete it "
+            "(it is downloaded again when needed) or replace it with the repository's pretrained/"
+            f"{entry['file']}; to load a file of your own, pass path=..."
+        )
+
+
 def pretrained_path(name: str = "multi30k-de-en-small", *, download: bool = True) -> Path:
-    """Where the pretrained model ``name`` is on this machine (downloading it first if allowed and needed)."""
+    """Where the pretrained model ``name`` is on this machine (downloading it first if allowed and needed).
+
+    The copy found is checked against the shipped file's SHA-256 (:class:`~companion.errors.PretrainedUnavailableError`
+    if it differs)."""
     if name not in PRETRAINED_MODELS:
         raise ValueError(f"name must be one of {sorted(PRETRAINED_MODELS)}, got {name!r}")
     entry = PRETRAINED_MODELS[name]
     for candidate in _candidates(entry["file"]):
         if candidate.is_file():
+            _check_shipped(candidate, entry)
             return candidate
     if not download:
         raise PretrainedUnavailableError(
@@ -143,18 +176,20 @@ def load_pretrained(
 
     Args:
         name: which shipped model (``PRETRAINED_MODELS``).
-        path: a checkpoint file to load instead of searching.
-        device: where the model goes (eval mode).
+        path: a checkpoint file to load instead of searching (loaded as it is: its SHA-256 is not compared
+            with the shipped file's, its content digest and entries are checked as for every checkpoint).
+        device: where the model goes (eval mode): ``"cpu"``, ``"cuda[:N]"``, ``"mps"`` or ``"auto"``, resolved
+            first (a :class:`~companion.errors.DeviceUnavailableError` when the backend is missing).
         download: allow fetching the file from the repository when no local copy exists.
 
     Returns:
         a :class:`PretrainedModel` (model, tokenizers, file path and model card), e.g.
-        ``load_pretrained().translate(["Ein Hund rennt."])``.
+        ``load_pretrained().translate("Ein Hund rennt.")``.
     """
+    target = resolve_device(device)
     file = Path(path) if path is not None else pretrained_path(name, download=download)
     checkpoint = load_checkpoint(file)
-    model = model_from_checkpoint(checkpoint, device=device)
-    assert isinstance(model, Transformer)
+    model = model_from_checkpoint(checkpoint, device=target)
     src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)
     info = dict(checkpoint.get("run_info") or {})
     info.update(step=checkpoint.get("step"), averaged_from=checkpoint.get("averaged_from"))

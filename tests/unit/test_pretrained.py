@@ -37,7 +37,19 @@ def nowhere(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "_candidates", lambda file: [c for c in real(file) if ROOT not in c.parents])
 
 
-def test_environment_folder_is_searched_and_loaded(tiny_checkpoint, nowhere, monkeypatch):
+@pytest.fixture
+def shipped_as(monkeypatch):
+    """Make ``path`` the shipped file: its SHA-256 becomes the one ``load_pretrained`` expects."""
+
+    def ship(path: pathlib.Path) -> None:
+        entry = dict(pretrained.PRETRAINED_MODELS["multi30k-de-en-small"], sha256=pretrained._sha256(path))
+        monkeypatch.setitem(pretrained.PRETRAINED_MODELS, "multi30k-de-en-small", entry)
+
+    return ship
+
+
+def test_environment_folder_is_searched_and_loaded(tiny_checkpoint, nowhere, monkeypatch, shipped_as):
+    shipped_as(tiny_checkpoint)
     monkeypatch.setenv(pretrained.PRETRAINED_DIR_ENV, str(tiny_checkpoint.parent))
     assert companion.pretrained.pretrained_path() == tiny_checkpoint
     loaded = companion.load_pretrained()
@@ -94,3 +106,42 @@ def test_the_shipped_model_matches_its_card_and_translates():
     english = loaded.translate(["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball."])
     assert english[0].lower().startswith("a dog") and "snow" in english[0]
     assert "soccer" in english[1] or "football" in english[1]
+
+
+def test_a_string_is_one_sentence(tiny_checkpoint):
+    loaded = companion.load_pretrained(path=tiny_checkpoint)
+    single = loaded.translate("ein hund läuft", beam_size=1)
+    assert isinstance(single, str)
+    assert single == loaded.translate(["ein hund läuft"], beam_size=1)[0]
+
+
+def test_a_modified_local_copy_is_refused(tiny_checkpoint, nowhere, monkeypatch, shipped_as):
+    """Vocabulary entries swapped and the content digest recomputed: the file loads as a checkpoint, but it is not
+    the shipped file, whose SHA-256 load_pretrained knows."""
+    from companion.checkpoint import _digest
+
+    shipped_as(tiny_checkpoint)
+    checkpoint = torch.load(tiny_checkpoint, weights_only=True)
+    itos = checkpoint["tokenizers"]["tgt"]["itos"]
+    itos[-1], itos[-2] = itos[-2], itos[-1]
+    checkpoint["content_sha256"] = _digest(checkpoint)
+    torch.save(checkpoint, tiny_checkpoint)
+    monkeypatch.setenv(pretrained.PRETRAINED_DIR_ENV, str(tiny_checkpoint.parent))
+    with pytest.raises(companion.PretrainedUnavailableError, match=r"de-en-small\.pt .*SHA-256") as caught:
+        companion.load_pretrained()
+    assert str(tiny_checkpoint) in str(caught.value)
+    monkeypatch.delenv(pretrained.PRETRAINED_DIR_ENV)
+    cached = pretrained._cache_dir() / "de-en-small.pt"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(tiny_checkpoint.read_bytes())
+    with pytest.raises(companion.PretrainedUnavailableError, match="SHA-256"):
+        companion.load_pretrained(download=False)
+    assert companion.load_pretrained(path=cached).path == cached  # a file named by the caller is loaded as it is
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_the_device_is_resolved_first(tiny_checkpoint):
+    with pytest.raises(companion.DeviceUnavailableError, match="CUDA is not available"):
+        companion.load_pretrained(path=tiny_checkpoint, device="cuda")
+    with pytest.raises(companion.ConfigError, match="device must be .*'bogus'"):
+        companion.load_pretrained(path=tiny_checkpoint, device="bogus")
