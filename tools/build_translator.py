@@ -35,7 +35,8 @@ DEFAULT_OUT = ROOT / "book" / "_generated" / "translator"
 ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 # The files of onnxruntime-web's WASM build that the page loads (the CPU backend; no WebGPU/WebGL).
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs")
-PAGE_FILES = ("tokenizer.js", "translator.js", "translator.css")
+# The page loads them in this order (html_js_files in _config.yml): translator.js uses the other two scripts.
+PAGE_FILES = ("tokenizer.js", "search.js", "heatmap.js", "translator.js", "translator.css")
 CARD_KEYS = ("name", "task", "data", "steps", "training_command", "packaging_command", "history", "terms", "date")
 
 

@@ -8,6 +8,9 @@
  * Everything it loads comes from the folder this script was served from (_static/translator/): model.json,
  * encoder.onnx, decoder.onnx, tokenizer.js and ort/ (ONNX Runtime Web). Nothing leaves the page.
  *
+ * The page's scripts, loaded in this order: tokenizer.js (spaCy's tokenizer and the vocabulary), search.js (greedy
+ * and beam search over a step callback: companion.decode's searches, no DOM, tested under Node), heatmap.js (the
+ * attention heatmaps), and this file: loading the model, the decoder step over ONNX Runtime, and the app.
  * Decoding reproduces companion.decode exactly (greedy_decode, beam_search): same source ids (tokens + <eos>,
  * truncated to max_len), same length limit, same candidate ranking, <eos> handling, GNMT length penalty and
  * tie order. The decoder graph has no key/value cache: each step feeds the whole prefix. The attention maps of
@@ -25,10 +28,11 @@
   const BASE = SCRIPT ? new URL(".", SCRIPT.src).href : null;
   const APP_SELECTOR = ".translator-app, .translator-panel";
   const CARD_SELECTOR = ".translator-model-card";
-  const FONT = '"DejaVu Sans", "Bitstream Vera Sans", Verdana, sans-serif'; // matplotlib's default font
   const SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"];
-  const MAX_BEAM = 8;
-  const MAX_ALPHA = 1.5;
+  const { sourceIds, maxOutputLength, lengthPenalty, greedySearch, beamSearch, topCandidates, checkSearchOptions } =
+    globalThis.CompanionSearch; // search.js, loaded before this script
+  const { MAX_BEAM, MAX_ALPHA } = globalThis.CompanionSearch;
+  const { VIRIDIS, viridisIndex, drawHeatmap, drawColorbar, attachReadout } = globalThis.CompanionHeatmap; // heatmap.js
 
   function findOwnScript() {
     const scripts = document.querySelectorAll("script[src]");
@@ -36,38 +40,6 @@
       if (/translator\/translator\.js(\?|#|$)/.test(script.src)) return script;
     }
     return null;
-  }
-
-  // matplotlib's viridis (the colormap of companion.plots.plot_attention_heads), 256 entries as
-  // matplotlib renders them (Colormap(..., bytes=True)); a value v in [0, 1] takes entry min(floor(v * 256), 255).
-  const VIRIDIS_HEX =
-    "44015444025544035745055845065a45085b46095c460b5e460c5f460e61470f62471163471265471466471567471669" +
-    "47186a48196b481a6c481c6e481d6f481e70482071482172482273482374472575472676472777472878472a79472b7a" +
-    "472c7b462d7c462f7c46307d46317e45327f45347f453580453681443781443982433a83433b83433c84423d84423e85" +
-    "4240854141864142864043874044873f45873f47883e48883e49893d4a893d4b893d4c893c4d8a3c4e8a3b508a3b518a" +
-    "3a528b3a538b39548b39558b38568b38578c37588c37598c365a8c365b8c355c8c355d8c345e8d345f8d33608d33618d" +
-    "32628d32638d31648d31658d31668d30678d30688d2f698d2f6a8d2e6b8e2e6c8e2e6d8e2d6e8e2d6f8e2c708e2c718e" +
-    "2c728e2b738e2b748e2a758e2a768e2a778e29788e29798e287a8e287a8e287b8e277c8e277d8e277e8e267f8e26808e" +
-    "26818e25828e25838d24848d24858d24868d23878d23888d23898d22898d228a8d228b8d218c8d218d8c218e8c208f8c" +
-    "20908c20918c1f928c1f938b1f948b1f958b1f968b1e978a1e988a1e998a1e998a1e9a891e9b891e9c891e9d881e9e88" +
-    "1e9f881ea0871fa1871fa2861fa38620a48520a58521a68521a78422a78423a88323a98224aa8225ab8126ac8127ad80" +
-    "28ae7f29af7f2ab07e2bb17d2cb17d2eb27c2fb37b30b47a32b57a33b67935b77836b87738b97639b9763bba753dbb74" +
-    "3ebc7340bd7242be7144be7045bf6f47c06e49c16d4bc26c4dc26b4fc36951c46853c56755c66657c66559c7645bc862" +
-    "5ec96160c96062ca5f64cb5d67cc5c69cc5b6bcd596dce5870ce5672cf5574d05477d05279d1517cd24f7ed24e81d34c" +
-    "83d34b86d44988d5478bd5468dd64490d64392d74195d73f97d83e9ad83c9dd93a9fd938a2da37a5da35a7db33aadb32" +
-    "addc30afdc2eb2dd2cb5dd2bb7dd29bade27bdde26bfdf24c2df22c5df21c7e01fcae01ecde01dcfe11cd2e11bd4e11a" +
-    "d7e219dae218dce218dfe318e1e318e4e318e7e419e9e419ece41aeee51bf1e51cf3e51ef6e61ff8e621fae622fde724";
-  const VIRIDIS = [];
-  for (let i = 0; i < 256; i++) {
-    const hex = VIRIDIS_HEX.slice(6 * i, 6 * i + 6);
-    VIRIDIS.push([parseInt(hex.slice(0, 2), 16), parseInt(hex.slice(2, 4), 16), parseInt(hex.slice(4, 6), 16)]);
-  }
-  const VIRIDIS_CSS = VIRIDIS.map((c) => `rgb(${c[0]},${c[1]},${c[2]})`);
-
-  /** The viridis entry of a weight in [0, 1], as matplotlib picks it (vmin 0, vmax 1). */
-  function viridisIndex(value) {
-    if (!(value > 0)) return 0; // also NaN
-    return Math.min(255, Math.floor(value * 256));
   }
 
   // ---------------------------------------------------------------------------------------------------------
@@ -200,154 +172,6 @@
   }
 
   // ---------------------------------------------------------------------------------------------------------
-  // Decoding: companion.decode in JS.
-  // ---------------------------------------------------------------------------------------------------------
-
-  /** Source ids (tokens + <eos>), truncated like companion.decode._encode_sources: at most max_len ids. */
-  function sourceIds(tokenIds, config) {
-    const ids = tokenIds.concat([config.eos_id]);
-    if (ids.length <= config.max_len) return { ids, truncated: false, fullLength: ids.length };
-    return { ids: ids.slice(0, config.max_len - 1).concat([config.eos_id]), truncated: true, fullLength: ids.length };
-  }
-
-  /** companion.decode.max_output_lengths for one sentence (srcLength counts <eos>). */
-  function maxOutputLength(srcLength, maxExtraLen, modelMaxLen) {
-    return Math.max(1, Math.min(srcLength + maxExtraLen, modelMaxLen));
-  }
-
-  /** GNMT's length penalty ((5 + length) / 6) ** alpha, as companion.decode.length_penalty. */
-  function lengthPenalty(length, alpha) {
-    return Math.pow((5 + length) / 6, alpha);
-  }
-
-  /** Index of the largest of values[offset .. offset + n), the first on ties (like torch.argmax). */
-  function argmax(values, offset, n) {
-    let best = 0;
-    let bestValue = values[offset];
-    for (let i = 1; i < n; i++) {
-      const v = values[offset + i];
-      if (v > bestValue || (bestValue !== bestValue && v === v)) {
-        best = i;
-        bestValue = v;
-      }
-    }
-    return best;
-  }
-
-  /**
-   * Greedy search (companion.decode.greedy_decode for one sentence).
-   * step(prefixes, output) runs the decoder on the prefixes ([<bos>, ...] each) and returns that output,
-   * [rows, vocab]. Returns {ids, endedWithEos, decoderCalls}.
-   */
-  async function greedySearch(step, limit, config, vocab, onProgress) {
-    const ids = [];
-    let calls = 0;
-    for (;;) {
-      const logits = await step([[config.bos_id].concat(ids)], "logits");
-      calls++;
-      const token = argmax(logits, 0, vocab);
-      if (token === config.eos_id) return { ids, endedWithEos: true, score: null, decoderCalls: calls };
-      ids.push(token);
-      if (onProgress) onProgress(ids);
-      if (ids.length >= limit) return { ids, endedWithEos: false, score: null, decoderCalls: calls };
-    }
-  }
-
-  /** The finished hypotheses of one sentence (companion.decode._Hypotheses). */
-  class FinishedHypotheses {
-    constructor(beamSize) {
-      this.beamSize = beamSize;
-      this.items = [];
-    }
-    get full() {
-      return this.items.length >= this.beamSize;
-    }
-    add(score, ids, endedWithEos, force) {
-      if (force || !this.full) this.items.push({ score, ids, endedWithEos });
-    }
-    best() {
-      // Python's max(): the first of equal maxima
-      let best = this.items[0];
-      for (const item of this.items) if (item.score > best.score) best = item;
-      return best;
-    }
-  }
-
-  /**
-   * The 2k best one-token extensions, best first (companion.decode._top_candidates): the summed
-   * log-probability is a float32 sum, as in torch. Equal scores keep the order of the flat index
-   * beam * vocab + token.
-   */
-  function topCandidates(beams, logProbs, rowOfBeam, k, vocab) {
-    const want = Math.min(2 * k, k * vocab);
-    const scores = [];
-    const flat = [];
-    for (let beam = 0; beam < beams.length; beam++) {
-      const base = beams[beam].score;
-      if (base === -Infinity) continue; // every extension of a dead beam is -inf
-      const offset = rowOfBeam[beam] * vocab;
-      for (let token = 0; token < vocab; token++) {
-        const total = Math.fround(base + logProbs[offset + token]);
-        if (scores.length === want && !(total > scores[want - 1])) continue;
-        let at = scores.length;
-        while (at > 0 && !(scores[at - 1] >= total)) at--;
-        scores.splice(at, 0, total);
-        flat.splice(at, 0, beam * vocab + token);
-        if (scores.length > want) {
-          scores.pop();
-          flat.pop();
-        }
-      }
-    }
-    return scores.map((score, i) => ({ score, beam: Math.floor(flat[i] / vocab), token: flat[i] % vocab }));
-  }
-
-  /**
-   * Beam search (companion.decode.beam_search / _beam_search for one sentence): k beams, 2k candidates per
-   * step; an <eos> among the first k ranks finishes a hypothesis scored log P / lp(step); the k best others
-   * go on; stop with k finished hypotheses or at the length limit (the running beams then finish with force);
-   * the best finished hypothesis wins. Beams with score -inf (all but one at the first step) are not run: they
-   * cannot produce a finite candidate. Returns {ids, endedWithEos, score, decoderCalls}.
-   */
-  async function beamSearch(step, limit, k, alpha, config, vocab, onProgress) {
-    let beams = [{ ids: [], score: 0 }];
-    for (let i = 1; i < k; i++) beams.push({ ids: [], score: -Infinity });
-    const finished = new FinishedHypotheses(k);
-    let calls = 0;
-    for (let t = 1; ; t++) {
-      const alive = [];
-      const rowOfBeam = beams.map((beam, i) => (beam.score === -Infinity ? -1 : alive.push(i) - 1));
-      const logProbs = await step(
-        alive.map((i) => [config.bos_id].concat(beams[i].ids)),
-        "log_probs"
-      );
-      calls++;
-      const candidates = topCandidates(beams, logProbs, rowOfBeam, k, vocab);
-      const penalty = lengthPenalty(t, alpha);
-      for (let rank = 0; rank < Math.min(k, candidates.length); rank++) {
-        const c = candidates[rank];
-        if (c.token === config.eos_id && Number.isFinite(c.score)) {
-          finished.add(c.score / penalty, beams[c.beam].ids.slice(), true, false);
-        }
-      }
-      // the k best candidates that do not end in <eos> (candidates are sorted; a stable filter keeps topk's order)
-      const next = candidates.filter((c) => c.token !== config.eos_id).slice(0, k);
-      while (next.length < k) next.push({ score: -Infinity, beam: 0, token: config.eos_id }); // never in practice
-      beams = next.map((c) => ({ ids: beams[c.beam].ids.concat([c.token]), score: c.score }));
-      if (onProgress) onProgress(beams[0].ids);
-      if (finished.full) break;
-      if (t >= limit) {
-        for (const beam of beams) {
-          if (Number.isFinite(beam.score)) finished.add(beam.score / penalty, beam.ids.slice(), false, true);
-        }
-        break;
-      }
-    }
-    const best = finished.best();
-    return { ids: best.ids, endedWithEos: best.endedWithEos, score: best.score, decoderCalls: calls };
-  }
-
-  // ---------------------------------------------------------------------------------------------------------
   // The model calls.
   // ---------------------------------------------------------------------------------------------------------
   function int64Tensor(ort, rows, width) {
@@ -391,18 +215,6 @@
     const result = queue.then(task, task);
     queue = result.catch(() => undefined);
     return result;
-  }
-
-  function checkOptions(options, info) {
-    const beamSize = options.beamSize === undefined ? info.decoding.beam_size : options.beamSize;
-    const alpha = options.alpha === undefined ? info.decoding.alpha : options.alpha;
-    if (!Number.isInteger(beamSize) || beamSize < 1 || beamSize > MAX_BEAM) {
-      throw new RangeError(`beam size must be a whole number from 1 to ${MAX_BEAM}, got ${beamSize}`);
-    }
-    if (typeof alpha !== "number" || !(alpha >= 0 && alpha <= MAX_ALPHA)) {
-      throw new RangeError(`alpha must be a number from 0 to ${MAX_ALPHA}, got ${alpha}`);
-    }
-    return { beamSize, alpha };
   }
 
   /** Tokens outside the Latin script (and not digits, punctuation or symbols). */
@@ -503,7 +315,7 @@
     if (typeof text !== "string") throw new TypeError(`text must be a string, got ${typeof text}`);
     if (!text.trim()) throw new EmptyInputError("the text is empty: type a German sentence or pick an example");
     const rt = await loadRuntime();
-    const opts = checkOptions(options || {}, rt.info);
+    const opts = checkSearchOptions(options || {}, rt.info.decoding);
     return exclusive(async () => {
       const started = performance.now();
       const tokens = rt.tokenizers.tokenize(text);
@@ -516,7 +328,7 @@
   /** Translate already tokenized source ids (tokens + <eos>, as companion.decode.translate_ids takes them). */
   async function translateIds(ids, options) {
     const rt = await loadRuntime();
-    const opts = checkOptions(options || {}, rt.info);
+    const opts = checkSearchOptions(options || {}, rt.info.decoding);
     if (!Array.isArray(ids) || ids.length === 0 || ids.length > rt.config.max_len) {
       throw new RangeError(`ids must be a list of 1 to ${rt.config.max_len} source ids ending in <eos>`);
     }
@@ -534,8 +346,7 @@
   class EmptyInputError extends Error {}
 
   // ---------------------------------------------------------------------------------------------------------
-  // Heatmaps (canvas), in the style of companion.plots: viridis from 0 to 1, tokens on the axes (x labels
-  // rotated 90 degrees), "head h" titles, one colour bar labelled "attention weight".
+  // DOM helpers.
   // ---------------------------------------------------------------------------------------------------------
   function h(tag, attributes, children) {
     const node = document.createElement(tag);
@@ -549,184 +360,6 @@
       if (child !== null && child !== undefined) node.append(child);
     }
     return node;
-  }
-
-  function setupCanvas(canvas, width, height) {
-    const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.ceil(width * dpr);
-    canvas.height = Math.ceil(height * dpr);
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${height}px`;
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    canvas.dataset.dpr = String(dpr);
-    return ctx;
-  }
-
-  function fitLabel(ctx, label, maxWidth) {
-    if (ctx.measureText(label).width <= maxWidth) return label;
-    let cut = label;
-    while (cut.length > 1 && ctx.measureText(cut + "…").width > maxWidth) cut = cut.slice(0, -1);
-    return cut + "…";
-  }
-
-  /**
-   * Draw one heatmap: spec = {values (Float32Array, row-major), offset, rows, cols, rowLabels, colLabels,
-   * title, xlabel, ylabel, highlightRow, maxWidth}. The canvas records its geometry in data attributes
-   * (rows, cols, cellX0, cellY0, cellSize) so that a test can read the colour of any cell.
-   */
-  function drawHeatmap(canvas, spec) {
-    const { rows, cols } = spec;
-    const offset = spec.offset || 0;
-    const probe = canvas.getContext("2d");
-    const maxWidth = spec.maxWidth || 640;
-    const maxCell = spec.maxCell || 24;
-    const cellGuess = Math.max(2, Math.min(maxCell, Math.floor((maxWidth - 120) / cols), Math.floor(520 / rows)));
-    const fontSize = Math.min(11, cellGuess - 1);
-    const showLabels = fontSize >= 6;
-    const tickFont = `${fontSize}px ${FONT}`;
-    probe.font = tickFont;
-    const labelLimit = 110;
-    const rowLabels = showLabels ? spec.rowLabels.map((l) => fitLabel(probe, l, labelLimit)) : [];
-    const colLabels = showLabels ? spec.colLabels.map((l) => fitLabel(probe, l, labelLimit)) : [];
-    const rowLabelWidth = showLabels ? Math.max(0, ...rowLabels.map((l) => probe.measureText(l).width)) : 0;
-    const colLabelHeight = showLabels ? Math.max(0, ...colLabels.map((l) => probe.measureText(l).width)) : 0;
-    const left = Math.ceil(rowLabelWidth) + 8 + (spec.ylabel ? 18 : 0);
-    const top = spec.title ? 24 : 6;
-    // the cell size does not depend on whether this panel has a y label, so panels side by side match
-    const labelsLeft = Math.ceil(rowLabelWidth) + 8 + 18;
-    const cell = Math.max(2, Math.min(maxCell, Math.floor((maxWidth - labelsLeft - 8) / cols), Math.floor(520 / rows)));
-    // the canvas is wide enough for the title and the x label too; each is centred on the cells where it fits
-    probe.font = `13px ${FONT}`;
-    const titleWidth = spec.title ? probe.measureText(spec.title).width : 0;
-    probe.font = `12px ${FONT}`;
-    const xlabelWidth = spec.xlabel ? probe.measureText(spec.xlabel).width : 0;
-    const width = Math.ceil(Math.max(left + cell * cols + 8, titleWidth + 12, xlabelWidth + 12));
-    const height = top + cell * rows + Math.ceil(colLabelHeight) + 8 + (spec.xlabel ? 20 : 0);
-    const centre = (textWidth) =>
-      Math.min(Math.max(left + (cell * cols) / 2, textWidth / 2 + 4), width - textWidth / 2 - 4);
-    const ctx = setupCanvas(canvas, width, height);
-    ctx.fillStyle = "#ffffff";
-    ctx.fillRect(0, 0, width, height);
-    for (let r = 0; r < rows; r++) {
-      for (let c = 0; c < cols; c++) {
-        ctx.fillStyle = VIRIDIS_CSS[viridisIndex(spec.values[offset + r * cols + c])];
-        ctx.fillRect(left + c * cell, top + r * cell, cell, cell);
-      }
-    }
-    if (spec.highlightRow !== undefined && spec.highlightRow !== null && spec.highlightRow < rows) {
-      ctx.strokeStyle = "#d62728"; // matplotlib's tab:red
-      ctx.lineWidth = 2;
-      ctx.strokeRect(left - 1, top + spec.highlightRow * cell - 1, cell * cols + 2, cell + 2);
-    }
-    ctx.fillStyle = "#000000";
-    ctx.font = tickFont;
-    if (showLabels) {
-      ctx.textAlign = "right";
-      ctx.textBaseline = "middle";
-      rowLabels.forEach((label, r) => {
-        ctx.font = r === spec.highlightRow ? `bold ${tickFont}` : tickFont;
-        ctx.fillText(label, left - 4, top + r * cell + cell / 2);
-      });
-      ctx.font = tickFont;
-      colLabels.forEach((label, c) => {
-        ctx.save();
-        ctx.translate(left + c * cell + cell / 2, top + rows * cell + 4);
-        ctx.rotate(Math.PI / 2);
-        ctx.textAlign = "left";
-        ctx.textBaseline = "middle";
-        ctx.fillText(label, 0, 0);
-        ctx.restore();
-      });
-    }
-    ctx.font = `12px ${FONT}`;
-    ctx.textAlign = "center";
-    if (spec.title) {
-      ctx.font = `13px ${FONT}`;
-      ctx.textBaseline = "top";
-      ctx.fillText(spec.title, centre(titleWidth), 5);
-    }
-    ctx.font = `12px ${FONT}`;
-    if (spec.xlabel) {
-      ctx.textBaseline = "bottom";
-      ctx.fillText(spec.xlabel, centre(xlabelWidth), height - 3);
-    }
-    if (spec.ylabel) {
-      ctx.save();
-      ctx.translate(12, top + (cell * rows) / 2);
-      ctx.rotate(-Math.PI / 2);
-      ctx.textBaseline = "middle";
-      ctx.fillText(spec.ylabel, 0, 0, Math.max(cell * rows, 60));
-      ctx.restore();
-    }
-    Object.assign(canvas.dataset, {
-      rows: String(rows),
-      cols: String(cols),
-      cellX0: String(left),
-      cellY0: String(top),
-      cellSize: String(cell),
-      labels: showLabels ? "shown" : "omitted",
-    });
-    canvas.setAttribute("role", "img");
-    canvas.setAttribute(
-      "aria-label",
-      `${spec.title || "attention"}: heatmap of ${rows} ${spec.ylabel || "rows"} by ${cols} ${spec.xlabel || "columns"}`
-    );
-    canvas.heatmap = { spec, left, top, cell };
-  }
-
-  /** The colour bar shared by a figure's panels: 0 to 1, viridis, labelled like companion.plots. */
-  function drawColorbar(canvas, height) {
-    const barTop = 10;
-    const barHeight = Math.max(60, height - 20);
-    const ctx = setupCanvas(canvas, 70, barTop + barHeight + 10);
-    const barWidth = 12;
-    for (let i = 0; i < 256; i++) {
-      ctx.fillStyle = VIRIDIS_CSS[i];
-      const y0 = barTop + barHeight * (1 - (i + 1) / 256);
-      ctx.fillRect(4, Math.floor(y0), barWidth, Math.ceil(barHeight / 256) + 1);
-    }
-    ctx.strokeStyle = "#000";
-    ctx.lineWidth = 0.8;
-    ctx.strokeRect(4, barTop, barWidth, barHeight);
-    ctx.fillStyle = "#000";
-    ctx.font = `10px ${FONT}`;
-    ctx.textAlign = "left";
-    ctx.textBaseline = "middle";
-    for (let tick = 0; tick <= 5; tick++) {
-      const y = barTop + barHeight * (1 - tick / 5);
-      ctx.fillRect(4 + barWidth, y, 3, 0.8);
-      ctx.fillText((tick / 5).toFixed(1), 4 + barWidth + 5, y);
-    }
-    ctx.save();
-    ctx.translate(60, barTop + barHeight / 2);
-    ctx.rotate(-Math.PI / 2);
-    ctx.textAlign = "center";
-    ctx.font = `11px ${FONT}`;
-    ctx.fillText("attention weight", 0, 0);
-    ctx.restore();
-    canvas.setAttribute("role", "img");
-    canvas.setAttribute("aria-label", "colour scale: attention weight from 0 to 1 (viridis)");
-  }
-
-  /** Show the weight under the mouse in the figure's readout line. */
-  function attachReadout(canvas, readout) {
-    canvas.addEventListener("mousemove", (event) => {
-      const map = canvas.heatmap;
-      if (!map) return;
-      const box = canvas.getBoundingClientRect();
-      const c = Math.floor((event.clientX - box.left - map.left) / map.cell);
-      const r = Math.floor((event.clientY - box.top - map.top) / map.cell);
-      const { spec } = map;
-      if (r < 0 || c < 0 || r >= spec.rows || c >= spec.cols) {
-        readout.textContent = "\u00a0";
-        return;
-      }
-      const value = spec.values[(spec.offset || 0) + r * spec.cols + c];
-      const where = `${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}`;
-      readout.textContent = `${spec.title ? spec.title + ": " : ""}${where}: ${value.toFixed(3)}`;
-    });
-    canvas.addEventListener("mouseleave", () => (readout.textContent = "\u00a0"));
   }
 
   // ---------------------------------------------------------------------------------------------------------

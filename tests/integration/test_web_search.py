@@ -1,0 +1,120 @@
+"""The in-page translator's search (web/translator/search.js) is companion.decode's search: both run on the same
+deterministic step tables (next-token logits by the prefix's last token and position), Python through
+:func:`companion.decode.search_greedy` / :func:`~companion.decode.search_beam` and JavaScript under Node, and give
+the same ids and scores. One node process (web/translator/search_cli.mjs) runs every case. The page's own search
+over the exported model is compared with Python in Chromium by tests/website/test_translator.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from companion.data import BOS_ID, EOS_ID, PAD_ID
+from companion.decode import MAX_ALPHA, best_hypothesis, search_beam, search_greedy
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = ROOT / "web" / "translator" / "search_cli.mjs"
+VOCAB = 12
+POSITIONS = 16
+# (beam size, alpha, length limit) per case: greedy, beams of several sizes, alphas up to the limit, short limits
+CASES = [
+    (1, 0.0, 10),
+    (1, 0.0, 3),
+    (2, 0.6, 10),
+    (4, 0.6, 12),
+    (4, 0.0, 12),
+    (4, 1.0, 5),
+    (8, 1.0, 15),
+    (3, MAX_ALPHA, 9),
+]
+SEEDS = range(12)
+
+
+def node() -> str:
+    path = shutil.which("node")
+    if path is None:
+        reason = "node is not on PATH; the in-page search (web/translator/search.js) needs Node to be tested"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (under CI these tests must run)")
+        pytest.skip(reason)
+    return path
+
+
+def step_table(seed: int) -> torch.Tensor:
+    """``[VOCAB, POSITIONS, VOCAB]`` float32 logits of the next token after a prefix ending with token ``last`` at
+    ``position``; <pad> and <bos> at -inf. Peaked rows, with <eos> made likely late, so searches end both ways."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = 2.5 * torch.randn(VOCAB, POSITIONS, VOCAB, generator=generator)
+    logits[:, :, EOS_ID] += torch.linspace(-3.0, 3.0, POSITIONS)[None, :]
+    logits[:, :, [PAD_ID, BOS_ID]] = float("-inf")
+    return logits
+
+
+class TableStep:
+    """companion.decode's step protocol over a step table (the rows' sources do not matter: nothing to select)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+
+    def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
+        return self.logits[prefixes[:, -1], prefixes.shape[1] - 1]
+
+    def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        pass
+
+
+def python_search(logits: torch.Tensor, beam_size: int, alpha: float, limit: int) -> tuple[list[int], float | None]:
+    if beam_size == 1:
+        return search_greedy(TableStep(logits), [limit])[0], None
+    best = best_hypothesis(search_beam(TableStep(logits), [limit], beam_size)[0], alpha)
+    return list(best.tokens), best.score(alpha)
+
+
+def as_json(values: torch.Tensor) -> list:
+    """Nested lists of floats with -inf as None (JSON has no infinities); float32 values are exact as doubles."""
+    return [
+        [[None if v == float("-inf") else v for v in row] for row in by_position] for by_position in values.tolist()
+    ]
+
+
+@pytest.fixture(scope="module")
+def javascript_results() -> dict[int, list[dict]]:
+    """Per seed, search.js's result for every case, from one node process."""
+    requests = []
+    for seed in SEEDS:
+        logits = step_table(seed)
+        requests.append(
+            {
+                "config": {"bos_id": BOS_ID, "eos_id": EOS_ID},
+                "vocab": VOCAB,
+                "logits": as_json(logits),
+                "log_probs": as_json(torch.log_softmax(logits, dim=-1)),  # what the decoder graph's log_probs hold
+                "cases": [{"beamSize": k, "alpha": a, "limit": n} for k, a, n in CASES],
+            }
+        )
+    completed = subprocess.run(
+        [node(), str(CLI)], input=json.dumps(requests), capture_output=True, text=True, check=False, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    return dict(zip(SEEDS, json.loads(completed.stdout)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_javascript_search_equals_python(seed, javascript_results):
+    logits = step_table(seed)
+    ended = {True: 0, False: 0}
+    for (beam_size, alpha, limit), result in zip(CASES, javascript_results[seed]):
+        ids, score = python_search(logits, beam_size, alpha, limit)
+        assert result["ids"] == ids, (beam_size, alpha, limit)
+        if score is None:
+            assert result["score"] is None
+        else:
+            assert result["score"] == pytest.approx(score, abs=1e-5), (beam_size, alpha, limit)
+        ended[result["endedWithEos"]] += 1
+    assert ended[True] > 0  # the cases exercise <eos>
