@@ -37,6 +37,8 @@ ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs")
 # The page loads them in this order (html_js_files in _config.yml): translator.js uses the other two scripts.
 PAGE_FILES = ("tokenizer.js", "search.js", "heatmap.js", "translator.js", "translator.css")
+# The widest beam the page offers (each step runs the decoder graph on every beam, without a cache).
+MAX_BEAM_SIZE = 8
 CARD_KEYS = ("name", "task", "data", "steps", "training_command", "packaging_command", "history", "terms", "date")
 
 
@@ -75,6 +77,7 @@ def model_card(pretrained, onnx_bytes: dict[str, int]) -> dict:
 def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str]) -> dict:
     from companion.data.spacy_export import spacy_tokenizer_rules
     from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+    from companion.decode import MAX_ALPHA
 
     config = pretrained.model.config
     return {
@@ -92,7 +95,14 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str]) -> d
             "bos_id": BOS_ID,
             "eos_id": EOS_ID,
         },
-        "decoding": {"max_extra_len": 50, "beam_size": 4, "alpha": 0.6},
+        # the searches' settings and limits, as companion.decode has them (search.js reads the limits from here)
+        "decoding": {
+            "max_extra_len": 50,
+            "beam_size": 4,
+            "alpha": 0.6,
+            "max_alpha": MAX_ALPHA,
+            "max_beam_size": MAX_BEAM_SIZE,
+        },
         "src_tokenizer": pretrained.src_tokenizer.to_dict(),
         "tgt_tokenizer": pretrained.tgt_tokenizer.to_dict(),
         "src_rules": spacy_tokenizer_rules(pretrained.src_tokenizer.language),

@@ -6,7 +6,8 @@
  *                             greedy search, "log_probs" for beam search) for each prefix ([<bos>, ...] each)
  *   greedySearch(step, limit, config, vocab, onProgress)          -> {ids, endedWithEos, score: null, decoderCalls}
  *   beamSearch(step, limit, k, alpha, config, vocab, onProgress)  -> {ids, endedWithEos, score, decoderCalls}
- *   checkSearchOptions(options, decoding)   -> {beamSize, alpha}, defaults from model.json's "decoding"
+ *   checkSearchOptions(options, decoding)   -> {beamSize, alpha}: the limits come from model.json's "decoding"
+ *                                              (max_beam_size, max_alpha = companion.decode.MAX_ALPHA)
  *
  * `config` holds bos_id, eos_id and max_len (model.json's "config"). The rules, candidate ranking, <eos>
  * handling, GNMT length penalty and tie order are Python's; tests/integration/test_web_search.py runs both on
@@ -172,17 +173,14 @@
   }
 
   /**
-   * The search options of translate/translateIds: beamSize a whole number in [1, MAX_BEAM] (1 = greedy),
-   * alpha a number in [0, MAX_ALPHA]; both default to the decoding settings of model.json.
+   * The search options of translate/translateIds: beamSize a whole number in [1, max_beam_size] (1 = greedy),
+   * alpha a number in [0, max_alpha]; both default to the decoding settings of model.json.
    */
-  const MAX_BEAM = 8;
-  const MAX_ALPHA = 1.5;
-
   function checkSearchOptions(options, decoding) {
     const beamSize = options.beamSize === undefined ? decoding.beam_size : options.beamSize;
     const alpha = options.alpha === undefined ? decoding.alpha : options.alpha;
-    const maxBeam = MAX_BEAM;
-    const maxAlpha = MAX_ALPHA;
+    const maxBeam = decoding.max_beam_size;
+    const maxAlpha = decoding.max_alpha;
     if (!Number.isInteger(beamSize) || beamSize < 1 || beamSize > maxBeam) {
       throw new RangeError(`beam size must be a whole number from 1 to ${maxBeam}, got ${beamSize}`);
     }
@@ -202,7 +200,5 @@
     topCandidates,
     beamSearch,
     checkSearchOptions,
-    MAX_BEAM,
-    MAX_ALPHA,
   };
 });

@@ -29,9 +29,11 @@
   const APP_SELECTOR = ".translator-app, .translator-panel";
   const CARD_SELECTOR = ".translator-model-card";
   const SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"];
+  // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0); translate() accepts alpha up to model.json's
+  // decoding.max_alpha (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
+  const ALPHA_SLIDER_MAX = 1.5;
   const { sourceIds, maxOutputLength, lengthPenalty, greedySearch, beamSearch, topCandidates, checkSearchOptions } =
     globalThis.CompanionSearch; // search.js, loaded before this script
-  const { MAX_BEAM, MAX_ALPHA } = globalThis.CompanionSearch;
   const { VIRIDIS, viridisIndex, drawHeatmap, drawColorbar, attachReadout } = globalThis.CompanionHeatmap; // heatmap.js
 
   function findOwnScript() {
@@ -421,7 +423,6 @@
         class: "tr-beam-size",
         id: `${id}-beam-size`,
         min: 1,
-        max: MAX_BEAM,
         step: 1,
         value: 4,
       });
@@ -430,7 +431,7 @@
         class: "tr-alpha",
         id: `${id}-alpha`,
         min: 0,
-        max: MAX_ALPHA,
+        max: ALPHA_SLIDER_MAX,
         step: 0.05,
         value: 0.6,
       });
@@ -494,6 +495,7 @@
 
     showInfo(info) {
       this.info = info;
+      this.beamSize.max = info.decoding.max_beam_size;
       this.beamSize.value = info.decoding.beam_size;
       this.alpha.value = info.decoding.alpha;
       this.alphaValue.textContent = Number(info.decoding.alpha).toFixed(2);
@@ -529,12 +531,8 @@
 
     options() {
       if (this.greedy.checked) return { beamSize: 1, alpha: 0 };
-      const beamSize = Number(this.beamSize.value);
-      const alpha = Number(this.alpha.value);
-      if (!Number.isInteger(beamSize) || beamSize < 1 || beamSize > MAX_BEAM) {
-        throw new RangeError(`beam size must be a whole number from 1 to ${MAX_BEAM}`);
-      }
-      return { beamSize, alpha };
+      const options = { beamSize: Number(this.beamSize.value), alpha: Number(this.alpha.value) };
+      return this.info ? checkSearchOptions(options, this.info.decoding) : options; // translate() checks them too
     }
 
     async run() {

@@ -62,11 +62,11 @@ test("the candidates are the 2k best, best first, ties in flat-index order", () 
   );
 });
 
-test("the options are checked", () => {
-  const decoding = { beam_size: 4, alpha: 0.6 };
+test("the options' limits come from model.json's decoding settings", () => {
+  const decoding = { beam_size: 4, alpha: 0.6, max_alpha: 10, max_beam_size: 8 };
   assert.deepEqual(S.checkSearchOptions({}, decoding), { beamSize: 4, alpha: 0.6 });
-  assert.deepEqual(S.checkSearchOptions({ beamSize: 8, alpha: 1.5 }, decoding), { beamSize: 8, alpha: 1.5 });
-  assert.throws(() => S.checkSearchOptions({ alpha: 1.6 }, decoding), /alpha must be a number from 0 to 1.5/);
+  assert.deepEqual(S.checkSearchOptions({ beamSize: 8, alpha: 10 }, decoding), { beamSize: 8, alpha: 10 });
+  assert.throws(() => S.checkSearchOptions({ alpha: 10.5 }, decoding), /alpha must be a number from 0 to 10/);
   assert.throws(() => S.checkSearchOptions({ beamSize: 9 }, decoding), /beam size must be a whole number from 1 to 8/);
   assert.throws(() => S.checkSearchOptions({ beamSize: 2.5 }, decoding), RangeError);
 });
