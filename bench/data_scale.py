@@ -103,7 +103,9 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
     tokenizer = SubwordTokenizer.train(texts, vocab_size=args.vocab_size)
     seconds["tokenizer_training"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    store = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=cache, workers=args.workers)
+    store = prepare_store(
+        corpus, "train", tokenizer, tokenizer, cache_dir=cache, workers=args.workers, chunk_pairs=args.chunk_pairs
+    )
     seconds["token_store"] = time.perf_counter() - mark
     mark = time.perf_counter()
     batches = StoredBatches(store, args.max_tokens, seed=0)
@@ -156,13 +158,14 @@ def main() -> None:
     parser.add_argument(
         "--append", action="store_true", help="keep the runs already in --output (a size measured again is replaced)"
     )
+    parser.add_argument("--chunk-pairs", type=int, default=20_000, help="pairs per tokenization task")
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/companion_data_scale"))
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS / "data_scale_cpu.json")
     parser.add_argument("--smoke", action="store_true", help="one tiny corpus (2,000 pairs, vocabulary 300)")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # internal: one size, JSON out
     args = parser.parse_args()
     if args.smoke:
-        args.pairs, args.vocab_size, args.max_tokens = [2_000], 300, 2_000
+        args.pairs, args.vocab_size, args.max_tokens, args.chunk_pairs = [2_000], 300, 2_000, 500
     if args.one is not None:
         print(json.dumps(measure_one(args.one, args)))
         return
@@ -187,6 +190,7 @@ def _passed_options(args: argparse.Namespace) -> list[str]:
     return [
         "--workers", str(args.workers), "--vocab-size", str(args.vocab_size), "--max-tokens", str(args.max_tokens),
         "--work-dir", str(args.work_dir), "--tokenizer-pairs", str(args.tokenizer_pairs),
+        "--chunk-pairs", str(args.chunk_pairs),
     ]  # fmt: skip
 
 

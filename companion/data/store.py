@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import array
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -29,7 +30,6 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain
 from pathlib import Path
 from typing import Any, overload
 
@@ -46,7 +46,6 @@ __all__ = ["STORE_FORMAT", "CACHE_DIR_ENV", "default_cache_dir", "prepare_store"
 
 STORE_FORMAT = 1  # bump when the layout of a store changes: older stores are then rebuilt
 CACHE_DIR_ENV = "COMPANION_CACHE_DIR"
-_CHUNK_PAIRS = 20_000  # pairs per task sent to a worker process
 _SIDES = ("src", "tgt")
 
 
@@ -158,10 +157,11 @@ def prepare_store(
     cache_dir: str | os.PathLike | None = None,
     max_len: int | None = None,
     workers: int | None = None,
+    chunk_pairs: int = 20_000,
 ) -> TokenStore:
     """The token store of ``corpus``'s ``split``: reused if this data was stored with these tokenizers and this
     ``max_len`` before, else built (tokenization in ``workers`` processes; default: the CPU count; 1 tokenizes
-    in this process).
+    in this process; each worker task is ``chunk_pairs`` pairs, and a corpus of one chunk is tokenized here).
 
     The ids are those of :func:`~companion.data.encode_pairs` with the same ``max_len`` (each side truncated to
     ``max_len - 1`` ids, with one warning giving the count). The store lives in
@@ -177,6 +177,7 @@ def prepare_store(
         if max_len < 2:
             raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")
     workers = (os.cpu_count() or 1) if workers is None else check_positive_int("workers", workers)
+    check_positive_int("chunk_pairs", chunk_pairs)
     identity = corpus.identity(split)  # raises the corpus's own error for a missing file or an unknown split
     key = store_key(identity, src_tokenizer, tgt_tokenizer, max_len)
     root = Path(default_cache_dir() if cache_dir is None else cache_dir)
@@ -194,7 +195,8 @@ def prepare_store(
     building = Path(tempfile.mkdtemp(prefix=f".building-{split}-", dir=root))
     try:
         _write_json(building / "owner.json", {"host": socket.gethostname(), "pid": os.getpid()})
-        meta = _write_store(building, corpus, split, (src_tokenizer, tgt_tokenizer), max_len, workers)
+        chunks = _chunks(corpus.pairs(split), chunk_pairs)
+        meta = _write_store(building, chunks, (src_tokenizer, tgt_tokenizer), max_len, workers)
         meta |= {"key": key, "data": identity, "split": split}
         _write_json(building / "meta.json", meta | {"complete": True})
         try:
@@ -235,8 +237,7 @@ def _ids_dtype(tokenizer: Tokenizer) -> np.dtype:
 
 def _write_store(
     folder: Path,
-    corpus: ParallelCorpus,
-    split: str,
+    chunks: Iterator[list[tuple[str, str]]],
     tokenizers: tuple[Tokenizer, Tokenizer],
     max_len: int | None,
     workers: int,
@@ -250,7 +251,7 @@ def _write_store(
     truncated = 0
     handles = {side: open(folder / f"{side}_ids.bin", "wb") for side in _SIDES}
     try:
-        for encoded in _encode_chunks(_chunks(corpus.pairs(split), _CHUNK_PAIRS), dicts, tokenizers, max_len, workers):
+        for encoded in _encode_chunks(chunks, dicts, tokenizers, max_len, workers):
             for side, (flat, lens) in zip(_SIDES, encoded["sides"]):
                 handles[side].write(flat.astype(dtypes[side], copy=False).tobytes())
                 lengths[side].append(lens)
@@ -305,16 +306,18 @@ def _encode_chunks(
     max_len: int | None,
     workers: int,
 ) -> Iterator[dict[str, Any]]:
-    """The encoded chunks, in order; with ``workers > 1`` from a process pool, at most ``2 * workers`` chunks
-    in flight (so memory stays bounded however long the corpus)."""
-    if workers == 1:
-        for chunk in chunks:
+    """The encoded chunks, in order; with ``workers > 1`` and more than one chunk from a process pool, at most
+    ``2 * workers`` chunks in flight (so memory stays bounded however long the corpus)."""
+    rest = iter(chunks)
+    head = list(itertools.islice(rest, 2))
+    if workers == 1 or len(head) < 2:  # one chunk: starting processes would cost more than it saves
+        for chunk in itertools.chain(head, rest):
             yield _encode_chunk(chunk, tokenizers, max_len)
         return
     context = multiprocessing.get_context("spawn")  # safe with threads, CUDA and HF tokenizers
     with context.Pool(workers, initializer=_init_worker, initargs=(dicts,)) as pool:
         pending: deque = deque()
-        for chunk in chunks:
+        for chunk in itertools.chain(head, rest):
             pending.append(pool.apply_async(_encode_in_worker, (chunk, max_len)))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
@@ -351,7 +354,7 @@ def _encode_chunk(
     sides = []
     for side in encoded:
         lens = np.fromiter((len(ids) for ids in side), dtype=np.int64, count=len(side))
-        flat = np.fromiter(chain.from_iterable(side), dtype=np.int64, count=int(lens.sum()))
+        flat = np.fromiter(itertools.chain.from_iterable(side), dtype=np.int64, count=int(lens.sum()))
         sides.append((flat, lens))
     return {"sides": sides, "truncated": truncated}
 

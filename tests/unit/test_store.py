@@ -120,10 +120,9 @@ def test_word_tokenizers_and_large_vocabularies_use_int32(corpus, tmp_path):
 
 @pytest.mark.slow  # starts two worker processes (each imports torch: seconds)
 def test_parallel_workers_write_the_same_store(tmp_path, tokenizer, monkeypatch):
-    monkeypatch.setattr("companion.data.store._CHUNK_PAIRS", 25)  # several chunks in flight
     corpus = folder_corpus(write_corpus(tmp_path / "data", num_pairs=300), "fr", "en")
-    one = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path / "a", workers=1)
-    two = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path / "b", workers=2)
+    one = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path / "a", workers=1, chunk_pairs=25)
+    two = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path / "b", workers=2, chunk_pairs=25)
     assert one.path.name == two.path.name  # same data, same tokenizers: same key
     for name in ("src_ids.bin", "tgt_ids.bin", "src_offsets.npy", "tgt_offsets.npy"):
         assert (one.path / name).read_bytes() == (two.path / name).read_bytes(), name
@@ -183,10 +182,9 @@ def test_an_interrupted_build_leaves_nothing_that_passes_for_a_store(corpus, tok
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(store_module, "_CHUNK_PAIRS", 10)
     monkeypatch.setattr(store_module, "_encode_chunk", fail_on_second_chunk)
     with pytest.raises(KeyboardInterrupt):
-        prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=cache, workers=1)
+        prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=cache, workers=1, chunk_pairs=10)
     assert not cache.exists() or list(cache.iterdir()) == []  # no half-written store, no temporary folder
     monkeypatch.setattr(store_module, "_encode_chunk", real)
     cache.mkdir(exist_ok=True)
