@@ -44,6 +44,7 @@ __all__ = [
     "disk_corpus",
     "json_corpus",
     "read_lines",
+    "file_identity",
 ]
 
 MULTI30K_SPLIT_STEMS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # our name -> file stem
@@ -192,11 +193,10 @@ class ParallelCorpus:
         train a tokenizer without holding the corpus in memory."""
         if side not in ("src", "tgt", "both"):
             raise ValueError(f"side must be 'src', 'tgt' or 'both', got {side!r}")
-        for source, target in self.pairs(split):
-            if side != "tgt":
-                yield source
-            if side != "src":
-                yield target
+        pairs = self.pairs(split)
+        if side == "both":
+            return (text for pair in pairs for text in pair)
+        return (pair[0 if side == "src" else 1] for pair in pairs)
 
     def identity(self, split: str) -> dict[str, Any]:
         """A JSON-able dict that identifies the data of ``split`` (what the token cache is keyed by)."""
