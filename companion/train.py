@@ -157,6 +157,10 @@ def label_smoothed_loss(
 # minutes are almost two years, and a clipping threshold of 1e6 no longer clips anything.
 OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6, "clip_grad": 1e6}
 
+# The largest seed: the per-epoch batch order is drawn from seed * 1_000_003 + epoch, which torch's generators
+# take as an unsigned 64-bit number; 2**32 - 1 leaves room for any number of epochs.
+MAX_SEED = 2**32 - 1
+
 # The help sections of ``companion train`` that TrainConfig's options are listed in.
 LIMITS_GROUP = "limits (training stops at the first one reached; set at least one)"
 _FROM_PRESET = "companion train: from --preset"
@@ -310,7 +314,7 @@ class TrainConfig:
             high_inclusive=False,
             error=ConfigError,
         )
-        check_integer(label(TrainConfig, "seed"), self.seed, minimum=0, error=ConfigError)
+        check_integer(label(TrainConfig, "seed"), self.seed, minimum=0, maximum=MAX_SEED, error=ConfigError)
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(TrainConfig, 'device')} must be a string, got {self.device!r}")
 
@@ -347,6 +351,9 @@ class TrainState:
     last_loss: float | None = None  # per-token smoothed loss of the latest logged window
     last_valid: dict[str, float] | None = None
     best_valid_nll: float | None = None
+    # the sums of the metrics line in progress when a checkpoint was written (steps, loss, nll, tgt_tokens,
+    # all_tokens): a resumed run's first line then averages the same steps as an uninterrupted run's
+    log_window: dict[str, float] | None = None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -442,7 +449,7 @@ class Trainer:
         start_time = time.perf_counter()
         start_seconds, start_step = self.state.train_seconds, self.state.step
         self._last_save_time = start_time
-        window = _Window(time.perf_counter())
+        window = _Window(time.perf_counter(), **cast(dict[str, Any], self.state.log_window or {}))
         bar = tqdm(
             total=cfg.max_steps,
             initial=self.state.step,
@@ -476,11 +483,13 @@ class Trainer:
                 stop_reason = "max_minutes" if time_up else self._limit_reached(None)
                 save_due = save_due or bool(cfg.save_every and step % cfg.save_every == 0)
                 if save_due and stop_reason is None and self.out_dir is not None:
+                    self.state.log_window = window.sums()
                     self.save_checkpoint()
         finally:
             bar.close()
         if window.steps:
             self._log_train(window, None)
+        self.state.log_window = None
         if self.valid_batches and not (cfg.eval_every and self.state.step % cfg.eval_every == 0):
             self.evaluate(log=True)
         valid_nll = (self.state.last_valid or {}).get("valid_nll", 0.0)
@@ -865,6 +874,10 @@ class _Window:
     nll: float = 0.0
     tgt_tokens: int = 0
     all_tokens: int = 0
+
+    def sums(self) -> dict[str, float]:
+        """The running sums (everything but the start time), as a checkpoint stores them."""
+        return {name: getattr(self, name) for name in ("steps", "loss", "nll", "tgt_tokens", "all_tokens")}
 
     def add(self, loss: float, nll: float, tgt_tokens: int, all_tokens: int) -> None:
         self.steps += 1

@@ -8,7 +8,6 @@ looks at what the folder holds: a run to continue, a run to replace, or nothing 
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +16,15 @@ from ..checkpoint import latest_checkpoint, list_checkpoints
 from ..errors import RunError
 from .lock import RunFolderLock
 
-__all__ = ["RUN_ARTIFACTS", "RunFolder", "prepare_out_dir"]
+__all__ = ["RUN_ARTIFACTS", "RUN_RECORD", "RunFolder", "prepare_out_dir", "run_files"]
 
-# What a run writes into its folder (all that --overwrite deletes).
-RUN_ARTIFACTS = ("run.json", "metrics.jsonl", "checkpoints", "averaged.pt")
+# What a run writes into its folder: the record, the metrics log, the averaged model, and step checkpoints
+# (checkpoints/step_XXXXXXXX.pt). --overwrite deletes these, by name, and nothing else.
+RUN_RECORD = "run.json"
+RUN_ARTIFACTS = (RUN_RECORD, "metrics.jsonl", "averaged.pt", "checkpoints")
+# Temp files that a killed writer of the run leaves behind (atomic writes: a temp file, then a rename).
+_LEFTOVER_PATTERNS = (".run.json.tmp", ".metrics.jsonl.tmp", ".averaged.pt.*.tmp")
+_CHECKPOINT_LEFTOVERS = ".step_*.pt.*.tmp"
 
 
 @dataclass
@@ -35,6 +39,12 @@ class RunFolder:
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
+
+    def discard_unstarted_run(self) -> None:
+        """Delete what a fresh run wrote (its record, its log) when it ended before its first checkpoint, so that
+        nothing blocks a retry into the same folder. Does nothing once a checkpoint exists."""
+        if self.resume_from is None and self.lock is not None and not list_checkpoints(self.path / "checkpoints"):
+            _delete(run_files(self.path))
 
 
 def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_main: bool = True) -> RunFolder:
@@ -88,6 +98,13 @@ def _lock(out: Path) -> RunFolderLock:
 def _claim(out: Path, resume: bool, overwrite: bool, is_main: bool) -> Path | None:
     """The checkpoint to resume from, after deciding what to do with what the (locked) folder holds."""
     if not _holds_run(out):
+        foreign = run_files(out)
+        if foreign:
+            raise RunError(
+                f"--out {out} holds {_describe_files(out, foreign)} but no {RUN_RECORD}: not a run of companion "
+                "train (or its record was deleted), so it is neither continued nor replaced. Choose another folder, "
+                "or move those files away"
+            )
         if resume:
             raise _nothing_to_resume(out)
         return None
@@ -97,15 +114,39 @@ def _claim(out: Path, resume: bool, overwrite: bool, is_main: bool) -> Path | No
             raise RunError(
                 f"--resume: {out} holds a run but no checkpoint to resume from; pass --overwrite to start afresh"
             )
+        if is_main:
+            _delete(_leftovers(out))  # a killed session's temp files: never read, now cleaned up
         return latest
+    doomed = run_files(out)
     if not overwrite:
         raise RunError(
-            f"--out {out} already holds a run ({_describe_run(out)}); pass --resume to continue "
-            "it, --overwrite to replace it, or choose another folder"
+            f"--out {out} already holds a run ({_describe_run(out)}); pass --resume to continue it, --overwrite to "
+            f"replace it (it deletes {_describe_files(out, doomed)}; nothing else), or choose another folder"
         )
     if is_main:
-        _delete_run(out)
+        _delete(doomed)
+        checkpoints = out / "checkpoints"
+        if checkpoints.is_dir() and not checkpoints.is_symlink() and not any(checkpoints.iterdir()):
+            checkpoints.rmdir()
     return None
+
+
+def run_files(out: str | os.PathLike) -> list[Path]:
+    """The files of a run in ``out``, all that ``--overwrite`` deletes: ``run.json``, ``metrics.jsonl``,
+    ``averaged.pt``, the step checkpoints ``checkpoints/step_XXXXXXXX.pt`` (also through a symlinked
+    ``checkpoints/``) and the temp files that interrupted writes of these leave. Other files are not the run's."""
+    out = Path(out)
+    found = [out / name for name in RUN_ARTIFACTS[:3] if (out / name).is_file()]
+    return found + list_checkpoints(out / "checkpoints") + _leftovers(out)
+
+
+def _leftovers(out: Path) -> list[Path]:
+    """Temp files that writes of the run's files leave when they are killed (never a finished file)."""
+    found = [p for pattern in _LEFTOVER_PATTERNS for p in sorted(out.glob(pattern)) if p.is_file()]
+    checkpoints = out / "checkpoints"
+    if checkpoints.is_dir():
+        found += [p for p in sorted(checkpoints.glob(_CHECKPOINT_LEFTOVERS)) if p.is_file()]
+    return found
 
 
 def _nothing_to_resume(out: Path) -> RunError:
@@ -113,7 +154,7 @@ def _nothing_to_resume(out: Path) -> RunError:
 
 
 def _holds_run(out: Path) -> bool:
-    return any((out / name).exists() for name in RUN_ARTIFACTS)
+    return (out / RUN_RECORD).is_file()
 
 
 def _describe_run(out: Path) -> str:
@@ -122,10 +163,17 @@ def _describe_run(out: Path) -> str:
     return f"{len(found)} checkpoint(s){latest}"
 
 
-def _delete_run(out: Path) -> None:
-    for name in RUN_ARTIFACTS:
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+def _describe_files(out: Path, files: list[Path]) -> str:
+    """``run.json, metrics.jsonl and 3 step checkpoint(s) in checkpoints/``."""
+    steps = [p for p in files if p.parent != out]
+    names = [p.name for p in files if p.parent == out]
+    if steps:
+        names.append(f"{len(steps)} file(s) in checkpoints/ ({steps[0].name}{', ...' if len(steps) > 1 else ''})")
+    if not names:
+        return "nothing"
+    return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1]
+
+
+def _delete(files: list[Path]) -> None:
+    for path in files:
+        path.unlink(missing_ok=True)

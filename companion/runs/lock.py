@@ -43,19 +43,21 @@ def _lock_holder(path: Path) -> str:
 
 
 class RunFolderLock:
-    """An exclusive lock on a run folder for the whole life of a run: ``DIR/.lock`` holds the holder's pid.
+    """An exclusive lock on a run folder for the whole life of a run; ``DIR/.lock`` names the holder.
 
-    Where the OS offers ``fcntl.flock`` (Linux, macOS) the lock is a kernel lock on that file, released
-    when the process ends however it ends, so a lock file left by a killed run is recognised as stale and
-    taken over. Elsewhere the file is created exclusively and a file whose pid no longer runs is stale.
-    A second run into the same folder gets :class:`~companion.errors.RunLockedError` naming the holder.
-    ``stale`` tells afterwards whether a stale lock file was found (and replaced).
+    Where the OS offers ``fcntl.flock`` (Linux, macOS) the lock is a kernel lock on the folder itself, released
+    when the process ends however it ends: deleting ``.lock`` does not release it, and a ``.lock`` left by a killed
+    run is recognised as stale and replaced. Elsewhere ``.lock`` is created exclusively and a file whose pid no
+    longer runs is stale. A second run into the same folder (even from the same process) gets
+    :class:`~companion.errors.RunLockedError` naming the holder. ``stale`` tells afterwards whether a stale lock
+    file was found (and replaced).
     """
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.path = Path(folder) / LOCK_FILE
         self.stale: str | None = None
-        self._fd: int | None = None
+        self._fd: int | None = None  # the holder file .lock
+        self._folder_fd: int | None = None  # the folder, flock-ed
 
     def __enter__(self) -> RunFolderLock:
         self.acquire()
@@ -68,29 +70,25 @@ class RunFolderLock:
         if fcntl is None:
             self._acquire_by_pid()
             return
-        for _ in range(100):  # retried only when the file was replaced between open and lock
-            fd = self._open(os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise RunLockedError(self._busy_message()) from None
-            try:
-                same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same_file = False
-            if same_file:
-                self._fd = fd
-                self._note_stale()
-                self._write_holder()
-                return
-            os.close(fd)
-        raise RunLockedError(f"could not lock {self.path}: it keeps being replaced by another process")
+        folder_fd = self._open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(folder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(folder_fd)
+            raise RunLockedError(self._busy_message()) from None
+        self._folder_fd = folder_fd
+        try:
+            self._note_stale()
+            self._fd = self._open(self.path, os.O_RDWR | os.O_CREAT)
+            self._write_holder()
+        except BaseException:
+            self.release()
+            raise
 
     def _acquire_by_pid(self) -> None:
         for _ in range(2):
             try:
-                self._fd = self._open(os.O_RDWR | os.O_CREAT | os.O_EXCL)
+                self._fd = self._open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
                 self._write_holder()
                 return
             except FileExistsError:
@@ -104,9 +102,11 @@ class RunFolderLock:
                 self.path.unlink(missing_ok=True)
         raise RunLockedError(self._busy_message())
 
-    def _open(self, flags: int) -> int:
+    def _open(self, path: Path, flags: int) -> int:
+        if path == self.path and path.is_dir():
+            raise RunError(f"--out {path.parent}: {path.name} is a folder, not a run's lock file; remove it")
         try:
-            return os.open(self.path, flags, 0o644)
+            return os.open(path, flags, 0o666)  # the mode the umask allows, like any file the run writes
         except FileExistsError:
             raise
         except OSError as error:
@@ -117,12 +117,12 @@ class RunFolderLock:
     def _busy_message(self) -> str:
         return (
             f"--out {self.path.parent} is in use by another run ({_lock_holder(self.path)}): two runs in "
-            "one folder would mix their checkpoints and logs. Wait for it to finish, or choose another "
-            f"folder. (If no such process runs, delete {self.path}.)"
+            "one folder would mix their checkpoints and logs. Wait for it to finish (its lock is released when "
+            "that process ends, however it ends), or choose another folder."
         )
 
     def _note_stale(self) -> None:
-        if self.path.stat().st_size:  # a lock file that nobody holds: its run ended without removing it
+        if self.path.is_file() and self.path.stat().st_size:  # a holder record whose run ended without removing it
             self.stale = _lock_holder(self.path)
 
     def _write_holder(self) -> None:
@@ -130,15 +130,22 @@ class RunFolderLock:
         record = json.dumps(
             {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         ).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, record, 0) if hasattr(os, "pwrite") else os.write(self._fd, record)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, record, 0) if hasattr(os, "pwrite") else os.write(self._fd, record)
+        except OSError as error:
+            raise RunError(
+                f"--out {self.path.parent}: cannot write the lock file {self.path.name} ({error.strerror})"
+            ) from None
 
     def release(self) -> None:
-        """Remove the lock file and drop the lock (the file first, so that nobody locks a dying file)."""
-        if self._fd is None:
-            return
+        """Remove the lock file and drop the lock (the file first, so that nobody sees a holder that is gone)."""
         try:
-            self.path.unlink(missing_ok=True)
+            if self._fd is not None:
+                self.path.unlink(missing_ok=True)
         finally:
-            os.close(self._fd)
-            self._fd = None
+            for name in ("_fd", "_folder_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    os.close(fd)
+                    setattr(self, name, None)

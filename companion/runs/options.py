@@ -38,9 +38,10 @@ def _add_flag(target: Any, f: dataclasses.Field, suppress_defaults: bool) -> Non
     kwargs: dict[str, Any] = {"dest": f.name}
     if not suppress_defaults and not spec.required:
         kwargs["default"] = default
-    if spec.switches:
+    if spec.switches:  # one of them at most: --norm-first --post-ln is a contradiction, not "the last wins"
+        exclusive = target.add_mutually_exclusive_group()
         for flag, (value, text) in spec.switches.items():
-            target.add_argument(flag, action="store_const", const=value, help=text, **kwargs)
+            exclusive.add_argument(flag, action="store_const", const=value, help=text, **kwargs)
         return
     help_text = spec.help.replace("{default}", str(default))
     flag = spec.flag or "--" + f.name.replace("_", "-")

@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 
 from .._version import __version__
-from ..checkpoint import average_checkpoints, list_checkpoints, load_checkpoint, write_checkpoint
+from ..checkpoint import average_checkpoints, latest_checkpoint, list_checkpoints, load_checkpoint, write_checkpoint
 from ..devices import cleanup_distributed, setup_distributed
-from ..errors import ConfigError, RunError
+from ..errors import CompanionError, ConfigError, RunError
 from ..model import Transformer
 from ..train import TrainConfig, Trainer
 from .config import RunConfig
@@ -70,8 +70,12 @@ def train_run(
         if folder.resume_from is not None:
             checkpoint = load_checkpoint(folder.resume_from)
             config = _resumed_config(checkpoint, given, folder.resume_from)
+            finished = _finished(config.train, checkpoint, folder.resume_from)
+            if finished:  # nothing to train; what the run still owes is its averaged.pt
+                return _finish_averaging(config, out, finished, stream, rank)
         assert config is not None
         _set_threads(config, given)
+        inexact = _inexact_resume(checkpoint, world_size) if checkpoint is not None else []
         if world_size > 1:
             dist.barrier()  # rank 0 has cleaned the folder
         started = time.time()
@@ -80,7 +84,7 @@ def train_run(
         _check_accumulation(config, data)
         torch.manual_seed(config.train.seed)
         model = Transformer(config.model_config(*data.vocab_sizes))
-        run_info = _run_info(config, command, world_size, data)
+        run_info = _run_info(config, command, world_size, data, inexact)
         trainer = Trainer(
             model, config.train, data.train_batches, data.valid_batches,
             out_dir=out, tokenizers=data.tokenizers, run_info=run_info,
@@ -88,19 +92,37 @@ def train_run(
         if folder.resume_from is not None:
             trainer.load_checkpoint(folder.resume_from)
         if rank == 0:
+            if folder.resume_from is not None:
+                (out / "averaged.pt").unlink(missing_ok=True)  # it averages checkpoints that are no longer the last
             _write_run_record(out, run_info, trainer, data, folder.resume_from)
             _print_start(config, trainer, data, stream, resumed=folder.resume_from is not None)
-        summary = trainer.train()
+        summary = _train(trainer, out)
         if rank == 0:
             summary.update(_average_last_checkpoints(config, out))
         summary["wall_seconds"] = time.time() - started
         if rank == 0:
             _print_summary(summary, stream)
         return summary
+    except BaseException:
+        if folder is not None:
+            folder.discard_unstarted_run()  # a failed start leaves nothing that blocks a retry
+        raise
     finally:
         if folder is not None:
             folder.release()
         cleanup_distributed()
+
+
+def _train(trainer: Trainer, out: Path) -> dict[str, Any]:
+    """``trainer.train()``, with a failing write outside the checkpoints (``metrics.jsonl`` on a full disk) as a
+    RunError that names the file and the checkpoint training can resume from."""
+    try:
+        return trainer.train()
+    except OSError as error:
+        latest = latest_checkpoint(out / "checkpoints")
+        where = f"{error.filename}: " if error.filename else ""
+        resume = f"; --resume continues from {latest}" if latest else "; no checkpoint was written yet"
+        raise RunError(f"training stopped: {where}{error.strerror or error}{resume}") from None
 
 
 def _out_dir(given: Mapping[str, Any]) -> Path:
@@ -115,36 +137,82 @@ def _recorded(checkpoint: Mapping[str, Any] | None, key: str) -> Any:
 
 
 def _resumed_config(checkpoint: Mapping[str, Any], given: Mapping[str, Any], path: Path) -> RunConfig:
-    """The recorded run's config with the given resumable options, after checking there is training left."""
+    """The recorded run's config with the given resumable options."""
     recorded = dict(_recorded(checkpoint, "args") or {})
     if not recorded:
         raise RunError(f"{path} does not record the flags of its run; cannot --resume it")
-    config = RunConfig.resumed(recorded, given)
-    _check_limits_ahead(config.train, checkpoint, path)
-    return config
+    return RunConfig.resumed(recorded, given)
+
+
+def _inexact_resume(checkpoint: Mapping[str, Any], world_size: int) -> list[str]:
+    """Why this session cannot continue the run bit-identically (another number of processes or CPU threads:
+    sums are reduced in another order), with the reasons of earlier sessions; warns about new ones."""
+    earlier = list(_recorded(checkpoint, "inexact_resume") or [])
+    reasons = []
+    recorded_world = (checkpoint.get("trainer_state") or {}).get("world_size") or _recorded(checkpoint, "world_size")
+    if recorded_world and recorded_world != world_size:
+        reasons.append(f"{recorded_world} process(es) before step {checkpoint.get('step')}, {world_size} after")
+    recorded_threads, threads = _recorded(checkpoint, "threads"), torch.get_num_threads()
+    if recorded_threads and recorded_threads != threads:
+        reasons.append(f"{recorded_threads} CPU thread(s) before step {checkpoint.get('step')}, {threads} after")
+    if reasons:
+        warnings.warn(
+            f"--resume: {'; '.join(reasons)}: the result will not be bit-identical to an uninterrupted run (the same "
+            "sums, added in another order); recorded in run.json as inexact_resume",
+            stacklevel=3,
+        )
+    return earlier + reasons
+
+
+def _finished(train: TrainConfig, checkpoint: Mapping[str, Any], path: Path) -> str | None:
+    """Why the resumed run has nothing left to train (its step or epoch limit is reached), or None."""
+    step = int(checkpoint.get("step", 0))
+    epoch = ((checkpoint.get("trainer_state") or {}).get("state") or {}).get("epoch", 0)
+    if train.max_steps is not None and train.max_steps <= step:
+        return (
+            f"--resume: {path.name} is at step {step}, and --max-steps {train.max_steps} is not beyond "
+            "it; give a larger --max-steps to train further"
+        )
+    if train.max_epochs is not None and train.max_epochs <= epoch:
+        return (
+            f"--resume: {path.name} has finished {epoch} epoch(s), and --max-epochs {train.max_epochs} "
+            "is not beyond it; give a larger --max-epochs to train further"
+        )
+    return None
+
+
+def _finish_averaging(config: RunConfig, out: Path, finished: str, stream: TextIO, rank: int) -> dict[str, Any]:
+    """A finished run whose ``averaged.pt`` is missing or stale (killed after its last checkpoint): write it.
+    RunError (``finished`` says why) when there is nothing left to do."""
+    count = config.average_count
+    names = [p.name for p in list_checkpoints(out / "checkpoints")[-count:]]
+    if count <= 1 or _averaged_from(out / "averaged.pt") == names:
+        raise RunError(finished)
+    summary: dict[str, Any] = {}
+    if rank == 0:
+        summary = _average_last_checkpoints(config, out)
+        print(
+            f"companion train: the run had finished training; averaged {len(names)} -> {summary['averaged']}",
+            file=stream,
+            flush=True,
+        )
+    return summary
+
+
+def _averaged_from(path: Path) -> list[str] | None:
+    """The checkpoints ``averaged.pt`` was averaged from (None: no usable averaged.pt)."""
+    if not path.is_file():
+        return None
+    try:
+        return list(load_checkpoint(path).get("averaged_from") or [])
+    except CompanionError:
+        return None
 
 
 def _set_threads(config: RunConfig, given: Mapping[str, Any]) -> None:
     """``--threads``, when given (a resumed run keeps PyTorch's choice unless the flag is given again)."""
     if given.get("threads") and config.threads:
         torch.set_num_threads(config.threads)
-
-
-def _check_limits_ahead(train: TrainConfig, checkpoint: Mapping[str, Any], path: Path) -> None:
-    """RunError if the resumed run has already reached its step or epoch limit (nothing left to train: it
-    would only rewrite its last checkpoint)."""
-    step = int(checkpoint.get("step", 0))
-    epoch = ((checkpoint.get("trainer_state") or {}).get("state") or {}).get("epoch", 0)
-    if train.max_steps is not None and train.max_steps <= step:
-        raise RunError(
-            f"--resume: {path.name} is at step {step}, and --max-steps {train.max_steps} is not beyond "
-            "it; give a larger --max-steps to train further"
-        )
-    if train.max_epochs is not None and train.max_epochs <= epoch:
-        raise RunError(
-            f"--resume: {path.name} has finished {epoch} epoch(s), and --max-epochs {train.max_epochs} "
-            "is not beyond it; give a larger --max-epochs to train further"
-        )
 
 
 def _check_accumulation(config: RunConfig, data: RunData) -> None:
@@ -156,17 +224,22 @@ def _check_accumulation(config: RunConfig, data: RunData) -> None:
         )
 
 
-def _run_info(config: RunConfig, command: list[str], world_size: int, data: RunData) -> dict[str, Any]:
-    """What every checkpoint records about its run (``args``: the flat config, :meth:`RunConfig.to_record`)."""
-    return {
+def _run_info(
+    config: RunConfig, command: list[str], world_size: int, data: RunData, inexact: list[str]
+) -> dict[str, Any]:
+    """What every checkpoint records about its run (``args``: the flat config, :meth:`RunConfig.to_record`; the
+    processes and CPU threads it trains with, on which an exact resume depends)."""
+    info = {
         "task": config.data.task,
         "src": config.data.src,
         "tgt": config.data.tgt,
         "args": config.to_record(),
         "command": command,
         "world_size": world_size,
+        "threads": torch.get_num_threads(),
         "data": data.identity,
     }
+    return {**info, "inexact_resume": inexact} if inexact else info
 
 
 def _write_run_record(
@@ -182,6 +255,8 @@ def _write_run_record(
             "command": ["companion", "train", *run_info["command"]],
             "args": run_info["args"],
             "world_size": run_info["world_size"],
+            "threads": run_info["threads"],
+            "inexact_resume": run_info.get("inexact_resume", []),
             "device": str(trainer.device),
             "model_parameters": trainer.model.num_parameters(),
             "train_batches": len(data.train_batches),
@@ -192,9 +267,15 @@ def _write_run_record(
 
 
 def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write ``path`` through a temp file and a rename; a failure (a full disk) leaves neither a temp file nor a
+    torn ``path``, and is a RunError naming the file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise RunError(f"cannot write {path} ({error.strerror or error})") from None
 
 
 def _average_last_checkpoints(config: RunConfig, out: Path) -> dict[str, Any]:

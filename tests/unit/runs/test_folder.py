@@ -90,3 +90,77 @@ def test_out_folder_with_a_run_is_refused_then_overwritten_or_resumed(tmp_path, 
 
     assert main([*COPY, "--max-steps", "2", "--out", str(tmp_path / "fresh"), "--resume"]) == 2
     assert "no run to resume" in capsys.readouterr().err
+
+
+# -- --overwrite deletes only what the run wrote -------------------------------------------------------------------
+def test_a_folder_with_only_the_users_own_checkpoints_folder_is_not_a_run(tmp_path):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "best_for_paper.pt").write_bytes(b"the user's own file")
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0  # not "already holds a run"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "checkpoints" / "best_for_paper.pt").read_bytes() == b"the user's own file"
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step_00000001.pt"]
+
+
+def test_overwrite_keeps_a_users_file_inside_the_runs_checkpoints_and_says_what_it_deletes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "2", "--save-every", "1", "--out", str(out)]) == 0
+    (out / "checkpoints" / "best_for_paper.pt").write_bytes(b"mine")
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--overwrite" in err and "it deletes run.json, metrics.jsonl, averaged.pt and 2 file(s) in checkpoints/" in err
+    )
+    assert main([*COPY, "--max-steps", "1", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "checkpoints" / "best_for_paper.pt").read_bytes() == b"mine"
+    assert [p.name for p in list_checkpoints(out / "checkpoints")] == ["step_00000001.pt"]
+
+
+def test_step_files_without_a_run_record_are_neither_replaced_nor_continued(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "step_00000007.pt").write_bytes(b"another tool's file")
+    for extra in ([], ["--overwrite"], ["--resume"]):
+        assert main([*COPY, "--max-steps", "1", "--out", str(out), *extra]) == 2
+        assert "but no run.json: not a run of companion train" in capsys.readouterr().err
+    assert (out / "checkpoints" / "step_00000007.pt").read_bytes() == b"another tool's file"
+
+
+def test_overwrite_through_a_symlinked_checkpoints_folder(tmp_path):
+    out, elsewhere = tmp_path / "run", tmp_path / "big_disk"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    assert main([*COPY, "--max-steps", "2", "--save-every", "1", "--out", str(out)]) == 0
+    (elsewhere / "notes.txt").write_text("mine")
+    assert main([*COPY, "--max-steps", "1", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "checkpoints").is_symlink() and (elsewhere / "notes.txt").read_text() == "mine"
+    assert [p.name for p in list_checkpoints(elsewhere)] == ["step_00000001.pt"]
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry(tmp_path, monkeypatch):
+    from companion.errors import TrainingDivergedError
+    from companion.train import Trainer
+
+    out = tmp_path / "run"
+
+    def fail(self):
+        raise TrainingDivergedError("the first step diverged")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "train", fail)
+        assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
+    assert not (out / "run.json").exists() and not (out / ".lock").exists()
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0  # no --overwrite needed
+
+
+def test_a_successful_resume_cleans_up_the_temp_files_of_killed_writes(tmp_path):
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0
+    leftovers = [out / ".averaged.pt.ab12.tmp", out / ".run.json.tmp", out / "checkpoints" / ".step_00000002.pt.x.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"torn")
+    (out / "keep.tmp").write_text("not ours")
+    assert main([*COPY, "--max-steps", "2", "--out", str(out), "--resume"]) == 0
+    assert not any(path.exists() for path in leftovers) and (out / "keep.tmp").exists()

@@ -67,3 +67,54 @@ def test_the_lock_is_held_for_the_whole_run_and_released_after_a_failure(tmp_pat
     monkeypatch.setattr(train_module, "build_run_data", build_and_try_a_second_lock)
     assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
     assert seen and not (out / ".lock").exists()
+
+
+def test_deleting_the_lock_file_of_a_live_run_does_not_let_a_second_run_in(tmp_path):
+    with RunFolderLock(tmp_path) as lock:
+        lock.path.unlink()  # what the old busy message suggested
+        with pytest.raises(RunLockedError) as caught:
+            RunFolderLock(tmp_path).acquire()
+    assert "delete" not in str(caught.value) and "released when that process ends" in str(caught.value)
+    with RunFolderLock(tmp_path):  # released with the run
+        pass
+
+
+def test_a_lock_file_that_is_a_folder_is_named_as_such(tmp_path):
+    from companion.errors import RunError
+
+    (tmp_path / ".lock").mkdir()
+    with pytest.raises(RunError, match=r"\.lock is a folder, not a run's lock file"):
+        RunFolderLock(tmp_path).acquire()
+
+
+def test_a_full_disk_while_writing_the_lock_is_a_clear_error(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from companion.errors import RunError
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(RunError, match=r"cannot write the lock file \.lock \(No space left on device\)"):
+        RunFolderLock(tmp_path).acquire()
+    monkeypatch.undo()
+    assert not (tmp_path / ".lock").exists()
+    with RunFolderLock(tmp_path):  # nothing left locked
+        pass
+
+
+@pytest.mark.parametrize("umask, mode", [(0o002, 0o664), (0o077, 0o600)])
+def test_the_lock_and_the_run_record_follow_the_umask(umask, mode, tmp_path):
+    import os
+
+    out = tmp_path / "run"
+    old = os.umask(umask)
+    try:
+        with RunFolderLock(tmp_path) as lock:
+            assert lock.path.stat().st_mode & 0o777 == mode
+        assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert (out / "run.json").stat().st_mode & 0o777 == mode
