@@ -21,8 +21,11 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -33,6 +36,7 @@ from .runs import (
     EvaluateConfig,
     TranslateConfig,
     add_options,
+    describe_weights,
     evaluate_run,
     given_options,
     load_for_inference,
@@ -40,7 +44,11 @@ from .runs import (
     translate_run,
 )
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
+
+# The exit code when the reader of stdout goes away (``companion translate ... | head -1``): that of a program
+# ended by SIGPIPE, as shells report it.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,10 +119,17 @@ def decode_utf8(data: bytes, where: str) -> str:
         ) from None
 
 
-def _read_lines(path: str | None, stdin: TextIO) -> list[str]:
+def _read_lines(path: str | None, stdin: TextIO | None) -> list[str]:
     if not path:
+        if stdin is None:  # the shell closed it (``<&-``)
+            raise RunError("stdin is closed: pipe the sentences in, or pass --input FILE")
         binary = getattr(stdin, "buffer", None)
-        text = decode_utf8(binary.read(), "stdin") if binary is not None else stdin.read()
+        try:
+            text = decode_utf8(binary.read(), "stdin") if binary is not None else stdin.read()
+        except (OSError, ValueError) as error:  # a closed or unreadable stream
+            raise RunError(
+                f"cannot read stdin ({getattr(error, 'strerror', None) or error}); pass --input FILE"
+            ) from None
         return split_lines(text)
     try:
         with open(path, "rb") as handle:
@@ -130,12 +145,35 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
     else:
         stdout.write(
             f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
-            f"{result['beam_size']}, alpha {result['alpha']}, {result['checkpoint']}, "
-            f"step {result['step']})\n"
+            f"{result['beam_size']}, alpha {result['alpha']}, {result['weights']})\n"
         )
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
     stdout.flush()
+
+
+def _write_lines(lines: Sequence[str], stdout: TextIO) -> int:
+    """Write one line per translation; a reader that stops early (``| head``) ends the command quietly."""
+    try:
+        for text in lines:
+            stdout.write(text + "\n")
+        stdout.flush()
+    except BrokenPipeError:
+        _silence(stdout)
+        return EXIT_BROKEN_PIPE
+    except OSError as error:
+        raise RunError(f"writing the translations to stdout failed ({error.strerror or error})") from None
+    return 0
+
+
+def _silence(stdout: TextIO) -> None:
+    """Point stdout at /dev/null, so that Python's final flush does not hit the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
 
 
 def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, stdout: TextIO) -> int:
@@ -146,10 +184,8 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
     if args.command == "translate":
         config = TranslateConfig(**given_options(args, TranslateConfig))
         loaded = load_for_inference(config.checkpoint, config.device)
-        for text in translate_run(config, _read_lines(config.input, stdin), loaded=loaded):
-            stdout.write(text + "\n")
-        stdout.flush()
-        return 0
+        print(f"companion translate: using {describe_weights(loaded)}", file=sys.stderr)
+        return _write_lines(translate_run(config, _read_lines(config.input, stdin), loaded=loaded), stdout)
     _print_evaluation(evaluate_run(EvaluateConfig(**given_options(args, EvaluateConfig))), args.json, stdout)
     return 0
 
@@ -158,11 +194,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m companion`` and of the ``companion`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    default_format = warnings.formatwarning
+    warnings.formatwarning = _warning_format(args.command)
     try:
         return run_command(args, argv, sys.stdin, sys.stdout)
     except CompanionError as error:
         print(f"companion {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = default_format
+
+
+def _warning_format(command: str):
+    """Warnings as ``companion COMMAND: warning: ...`` (not the file, line and source of the code that warned)."""
+
+    def format_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ARG001 (warnings' signature)
+        return f"companion {command}: warning: {message}\n"
+
+    return format_warning
 
 
 if __name__ == "__main__":

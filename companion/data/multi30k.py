@@ -36,7 +36,11 @@ from ..errors import DataError, DataUnavailableError  # noqa: E402
 
 
 def load_multi30k(
-    src: str = "en", tgt: str = "de", data_dir: str | os.PathLike | None = None
+    src: str = "en",
+    tgt: str = "de",
+    data_dir: str | os.PathLike | None = None,
+    *,
+    splits: tuple[str, ...] | None = None,
 ) -> dict[str, list[tuple[str, str]]]:
     """Multi30k (task 1) sentence pairs ``(source, target)`` for the splits ``train``, ``valid``, ``test``.
 
@@ -46,13 +50,19 @@ def load_multi30k(
     without a local copy this raises :class:`~companion.errors.DataUnavailableError` within seconds.
 
     Sizes of the real data: 29,000 / 1,014 / 1,000 pairs. Pairs with an empty side are dropped with a warning.
+    ``splits`` (e.g. ``("test",)``) reads only those splits of a local folder (the others' files need not exist).
     """
     _check_language_pair(src, tgt)
+    wanted = tuple(_SPLIT_FILES) if splits is None else splits
+    for split in wanted:
+        if split not in _SPLIT_FILES:
+            raise ValueError(f"splits must name some of {list(_SPLIT_FILES)}, got {split!r}")
     if data_dir is None and os.environ.get(DATA_DIR_ENV):
         data_dir = os.environ[DATA_DIR_ENV]
     if data_dir is not None:
-        return {split: _read_local_split(Path(data_dir), stem, src, tgt) for split, stem in _SPLIT_FILES.items()}
-    return _load_from_hub(src, tgt)
+        return {split: _read_local_split(Path(data_dir), _SPLIT_FILES[split], src, tgt) for split in wanted}
+    hub = _load_from_hub(src, tgt)
+    return {split: hub[split] for split in wanted}
 
 
 def _check_language_pair(src: object, tgt: object) -> None:

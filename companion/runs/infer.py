@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from ..devices import resolve_device
 from ..errors import ConfigError, RunError
 from ..evaluate import evaluate_translation
 from ..options import check_declared, label, option
+from .config import RunConfig
 
 __all__ = [
     "MAX_ALPHA",
@@ -26,9 +29,18 @@ __all__ = [
     "resolve_checkpoint",
     "InferenceModel",
     "load_for_inference",
+    "describe_weights",
     "translate_run",
     "evaluate_run",
 ]
+
+
+# The widest beam and the largest batch accepted: the paper's beam is 4, and beam search holds batch x beam
+# hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust memory.
+MAX_BEAM_SIZE = 1000
+MAX_BATCH_SIZE = 10000
+# Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
+CHARACTERS_PER_TOKEN = 64
 
 
 @dataclass
@@ -51,8 +63,8 @@ class _InferenceOptions:
         check_declared(self)
         if not isinstance(self.checkpoint, (str, os.PathLike)):
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
-        for name in ("beam_size", "batch_size"):
-            check_integer(label(cls, name), getattr(self, name), minimum=1, error=ConfigError)
+        for name, largest in (("beam_size", MAX_BEAM_SIZE), ("batch_size", MAX_BATCH_SIZE)):
+            check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
         self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")
@@ -87,18 +99,62 @@ class EvaluateConfig(_InferenceOptions):
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint file, or for a run folder its ``averaged.pt`` (if present) else its latest checkpoint."""
+    """A checkpoint file, or for a run folder its ``averaged.pt`` else its latest step checkpoint.
+
+    A folder's ``averaged.pt`` is used only when it is at least as new as the latest step checkpoint (a run
+    resumed and interrupted since leaves newer weights); otherwise, and when a run that averages checkpoints
+    ended before writing it, the latest step checkpoint is used with a warning that says why.
+    """
     path = Path(path)
     if path.is_dir():
-        if (path / "averaged.pt").is_file():
-            return path / "averaged.pt"
-        latest = latest_checkpoint(path / "checkpoints") or latest_checkpoint(path)
-        if latest is None:
-            raise RunError(f"--checkpoint {path} is a folder without averaged.pt or checkpoints/step_*.pt")
-        return latest
+        return _weights_of_run_folder(path)
     if not path.exists():
         raise RunError(f"--checkpoint {path} does not exist")
+    if not path.is_file():
+        raise RunError(
+            f"--checkpoint {path} is not a file (a device, a pipe or a socket?); pass a checkpoint file or a run folder"
+        )
     return path
+
+
+def _weights_of_run_folder(folder: Path) -> Path:
+    averaged = folder / "averaged.pt"
+    latest = latest_checkpoint(folder / "checkpoints") or latest_checkpoint(folder)
+    if latest is None:
+        if averaged.is_file():
+            return averaged
+        raise RunError(f"--checkpoint {folder} is a folder without averaged.pt or checkpoints/step_*.pt")
+    if averaged.is_file():
+        if averaged.stat().st_mtime_ns >= latest.stat().st_mtime_ns:
+            return averaged
+        warnings.warn(
+            f"{averaged} is older than {latest} (the run was resumed after averaging): using {latest.name}; "
+            f"'companion train --resume --out {folder}' to the end writes a new averaged.pt",
+            stacklevel=3,
+        )
+    elif _averages_checkpoints(folder):
+        warnings.warn(
+            f"{folder} has no averaged.pt although its run averages checkpoints (it ended before writing it): using "
+            f"{latest.name}; 'companion train --resume --out {folder}' writes averaged.pt",
+            stacklevel=3,
+        )
+    return latest
+
+
+def _averages_checkpoints(folder: Path) -> bool:
+    """Whether the run recorded in ``folder/run.json`` writes an ``averaged.pt`` when it ends."""
+    try:
+        recorded = json.loads((folder / "run.json").read_text(encoding="utf-8"))["args"]
+        return RunConfig.from_record(recorded).average_count > 1
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def describe_weights(loaded: InferenceModel) -> str:
+    """Which weights a command uses: ``DIR/averaged.pt (the average of 5 checkpoints, up to step 1200)``."""
+    averaged_from = loaded.checkpoint.get("averaged_from") or []
+    what = f"the average of {len(averaged_from)} checkpoints, up to step" if averaged_from else "step"
+    return f"{loaded.path} ({what} {loaded.checkpoint.get('step')})"
 
 
 class InferenceModel(NamedTuple):
@@ -109,6 +165,7 @@ class InferenceModel(NamedTuple):
     tgt_tokenizer: Any
     checkpoint: dict[str, Any]
     device: Any
+    path: Path  # the checkpoint file the weights come from
 
 
 def load_for_inference(path: str | os.PathLike, device: str = "auto") -> InferenceModel:
@@ -118,10 +175,11 @@ def load_for_inference(path: str | os.PathLike, device: str = "auto") -> Inferen
     checkpoint, which has no tokenizers, raises :class:`~companion.errors.CheckpointError`.
     """
     target = resolve_device(device)
-    checkpoint = load_checkpoint(resolve_checkpoint(path))
+    file = resolve_checkpoint(path)
+    checkpoint = load_checkpoint(file)
     src_tok, tgt_tok = tokenizers_from_checkpoint(checkpoint)
     model = model_from_checkpoint(checkpoint, device=target)
-    return InferenceModel(model, src_tok, tgt_tok, checkpoint, target)
+    return InferenceModel(model, src_tok, tgt_tok, checkpoint, target, file)
 
 
 def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: InferenceModel | None = None) -> list[str]:
@@ -133,7 +191,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     """
     if loaded is None:
         loaded = load_for_inference(config.checkpoint, config.device)
-    model, src_tok, tgt_tok, _, device = loaded
+    model, src_tok, tgt_tok, _, device, _ = loaded
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, str):
             raise RunError(f"translate: line {number} must be a str, got {type(line).__name__}")
@@ -149,7 +207,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     if wanted:
         translations = translate(
             model,
-            [lines[i].strip() for i in wanted],
+            [_usable_part(lines[i].strip(), i + 1, model.config.max_len) for i in wanted],
             src_tok,
             tgt_tok,
             beam_size=config.beam_size,
@@ -162,6 +220,20 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     return [text.replace("\n", " ") for text in outputs]
 
 
+def _usable_part(text: str, number: int, max_len: int) -> str:
+    """The start of a sentence that the model can read: at most ``max_len`` tokens are used, and no token is longer
+    than ``CHARACTERS_PER_TOKEN`` characters in practice, so tokenizing more would only cost memory."""
+    limit = CHARACTERS_PER_TOKEN * max_len
+    if len(text) <= limit:
+        return text
+    warnings.warn(
+        f"translate: line {number} has {len(text):,} characters; only its first {limit:,} are read (the model reads "
+        f"at most {max_len} tokens)",
+        stacklevel=3,
+    )
+    return text[:limit]
+
+
 def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     """Translate a Multi30k split with ``config.checkpoint`` and score it with sacreBLEU.
 
@@ -170,7 +242,8 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     ``bleu``, ``bleu_signature``, ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``, ``split``,
     ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
     """
-    model, src_tok, tgt_tok, checkpoint, target = load_for_inference(config.checkpoint, config.device)
+    loaded = load_for_inference(config.checkpoint, config.device)
+    model, src_tok, tgt_tok, checkpoint, target, weights = loaded
     run_info = checkpoint.get("run_info") or {}
     if run_info.get("task", "multi30k") != "multi30k":
         raise RunError(
@@ -183,7 +256,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         recorded = (run_info.get("args") or {}).get("data_dir")
         data_dir = recorded if recorded and Path(recorded).is_dir() else None
     try:
-        pairs = load_multi30k(src, tgt, data_dir)[config.split]
+        pairs = load_multi30k(src, tgt, data_dir, splits=(config.split,))[config.split]
     except FileNotFoundError as error:
         raise RunError(str(error)) from None
     if config.limit is not None:
@@ -210,7 +283,8 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         "sentences": len(pairs),
         "beam_size": config.beam_size,
         "alpha": config.alpha,
-        "checkpoint": str(resolve_checkpoint(config.checkpoint)),
+        "checkpoint": str(weights),
+        "weights": describe_weights(loaded),
         "step": checkpoint.get("step"),
         "decode_seconds": time.time() - started,
     }

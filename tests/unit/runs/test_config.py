@@ -145,7 +145,7 @@ def test_inf_nan_and_absurd_float_options_are_refused_everywhere(field, flag, ab
         ("--dropout", "1.0", r"dropout must be"),
         ("--label-smoothing", "nan", r"\(--label-smoothing\) must be a finite number"),
         ("--max-steps", "0", r"\(--max-steps\) must be a positive integer"),
-        ("--seed", "-1", r"\(--seed\) must be an integer >= 0"),
+        ("--seed", "-1", r"\(--seed\) must be an integer in \[0, 4294967295\]"),
         ("--synthetic-vocab", "4", r"\(--synthetic-vocab\) must be an integer >= 5"),
         ("--heads", "3", "d_model must be divisible by num_heads"),
     ],
@@ -234,3 +234,54 @@ def test_train_help_says_what_the_defaults_are_and_why(capsys):
     assert "Defaults: the best setting measured on Multi30k" in text
     assert "bench/results/multi30k_cpu_de-en.json" in text
     assert "--tokenizer word" in text and "--save-every-minutes 1" in text and "--average-last 5" in text
+
+
+# -- sizes that cannot fit, seeds and lengths that cannot work, contradicting switches ----------------------------
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_len": 10**9},
+        {"d_model": 10**7, "num_heads": 1},
+        {"num_encoder_layers": 10**5},
+        {"task": "copy", "synthetic_vocab": 10**9},
+        {"task": "copy", "num_examples": 10**9},
+    ],
+    ids=["max_len", "d_model", "layers", "synthetic_vocab", "num_examples"],
+)
+def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_limit(options):
+    with pytest.raises(
+        ConfigError, match=r"needs about [\d,.]+ GiB of memory .*more than the [\d,.]+ GiB of this machine"
+    ):
+        RunConfig.from_options({"max_steps": 1, **options})
+
+
+def test_threads_and_beam_size_have_upper_bounds(capsys):
+    with pytest.raises(ConfigError, match=r"threads \(--threads\) must be an integer in \[1, \d+\], got 100000"):
+        RunConfig.from_options({"max_steps": 1, "threads": 100000})
+    from companion.runs import TranslateConfig
+
+    with pytest.raises(ConfigError, match=r"beam_size \(--beam-size\) must be an integer in \[1, 1000\], got 20000"):
+        TranslateConfig(checkpoint="x.pt", beam_size=20000)
+    assert main(["translate", "--checkpoint", "x.pt", "--beam-size", "20000"]) == 2
+    assert "[1, 1000]" in capsys.readouterr().err
+
+
+def test_a_seed_beyond_what_the_batch_order_can_take_is_refused():
+    with pytest.raises(ConfigError, match=r"seed \(--seed\) must be an integer in \[0, 4294967295\]"):
+        TrainConfig(max_steps=1, seed=18_500_000_000_000)
+
+
+def test_synthetic_sequences_longer_than_the_model_accepts_are_refused(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="--synthetic-max-len 10000 needs --max-len of at least 10001"):
+        RunConfig.from_options({"max_steps": 1, "task": "copy", "synthetic_max_len": 10000})
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "1", "--synthetic-max-len", "300", "--out", str(out)]) == 2
+    assert "--synthetic-max-len 300 needs --max-len of at least 301" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_norm_first_and_post_ln_together_are_refused(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main([*COPY, "--max-steps", "1", "--norm-first", "--post-ln", "--out", "x"])
+    assert caught.value.code == 2
+    assert "--post-ln: not allowed with argument --norm-first" in capsys.readouterr().err

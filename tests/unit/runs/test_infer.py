@@ -8,7 +8,7 @@ import math
 import sys
 
 import pytest
-from _run_helpers import COPY, word_checkpoint
+from _run_helpers import COPY, train_words, word_checkpoint, write_corpus
 
 from companion.checkpoint import list_checkpoints, load_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main, split_lines
@@ -93,3 +93,119 @@ def test_translate_and_evaluate_refuse_bad_checkpoints(tmp_path, capsys):
     assert "truncated or corrupt" in capsys.readouterr().err
     assert main(["translate", "--checkpoint", str(tmp_path / "nothing.pt")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+# -- which weights, where the output goes, what cannot be read -----------------------------------------------------
+def test_translate_says_which_weights_it_uses(tmp_path, monkeypatch, capsys):
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    code, out, err = run_translate(monkeypatch, capsys, checkpoint, b"a man\n")
+    assert code == 0 and len(out.splitlines()) == 1
+    assert f"companion translate: using {checkpoint} (step 1)" in err
+
+
+def test_a_stale_averaged_model_is_passed_over_with_a_warning(tmp_path):
+    import os
+
+    from companion.runs import resolve_checkpoint
+
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "2", "--save-every", "1", "--average-last", "2", "--out", str(out)]) == 0
+    assert resolve_checkpoint(out) == out / "averaged.pt"
+    latest = out / "checkpoints" / "step_00000002.pt"
+    stat = latest.stat()
+    os.utime(out / "averaged.pt", ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))  # older than the latest step
+    with pytest.warns(UserWarning, match=r"averaged\.pt is older than .*step_00000002\.pt"):
+        assert resolve_checkpoint(out) == latest
+
+
+def test_a_checkpoint_that_is_not_a_file_is_named_for_what_it_is(capsys):
+    assert main(["translate", "--checkpoint", "/dev/zero", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "/dev/zero is not a file" in err and "does not exist" not in err
+
+
+class _ClosedPipe(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class _FullDisk(io.StringIO):
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+
+def test_a_reader_that_stops_early_ends_translate_quietly(tmp_path, monkeypatch, capsys):
+    from companion.cli import EXIT_BROKEN_PIPE
+
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a man\ntwo dogs\n"), encoding="utf-8"))
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]) == EXIT_BROKEN_PIPE
+    )
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_full_disk_on_stdout_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a man\n"), encoding="utf-8"))
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    assert main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]) == 2
+    assert "writing the translations to stdout failed (No space left on device)" in capsys.readouterr().err
+
+
+def test_a_closed_stdin_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    monkeypatch.setattr(sys, "stdin", None)  # what Python gives a process started with <&-
+    assert main(["translate", "--checkpoint", str(checkpoint), "--device", "cpu"]) == 2
+    assert "stdin is closed: pipe the sentences in, or pass --input FILE" in capsys.readouterr().err
+
+
+def test_a_huge_line_is_cut_before_it_is_tokenized(tmp_path, monkeypatch):
+    from companion.runs import infer
+
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    seen = []
+    real_translate = infer.translate
+
+    def spy(model, sentences, *args, **kwargs):
+        seen.extend(len(s) for s in sentences)
+        return real_translate(model, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(infer, "translate", spy)
+    loaded = load_for_inference(checkpoint, "cpu")
+    huge = "a man " * 200_000  # 1.2 million characters for a model that reads 16 tokens
+    with pytest.warns(UserWarning) as caught:  # the cut, then decode's own note on the tokens beyond max_len
+        out = translate_run(TranslateConfig(checkpoint=str(checkpoint), beam_size=1), ["a man", huge], loaded=loaded)
+    assert "line 2 has 1,199,999 characters; only its first 1,024 are read" in str(caught[0].message)
+    assert len(out) == 2 and max(seen) <= 64 * loaded.model.config.max_len
+
+
+def test_warnings_are_printed_as_the_commands_own_lines(monkeypatch):
+    import warnings
+
+    import companion.cli as cli
+
+    printed = []
+
+    def run(args, argv, stdin, stdout):
+        printed.append(warnings.formatwarning("few checkpoints", UserWarning, "cli.py", 148, "warnings.warn(...)"))
+        return 0
+
+    monkeypatch.setattr(cli, "run_command", run)
+    assert main(["translate", "--checkpoint", "x.pt"]) == 0
+    assert printed == ["companion translate: warning: few checkpoints\n"]
+
+
+def test_evaluate_needs_only_the_files_of_its_split(tmp_path, capsys):
+    data = write_corpus(tmp_path / "data")
+    out = tmp_path / "run"
+    assert train_words(data, out, 1) == 0
+    test_only = tmp_path / "test_only"
+    test_only.mkdir()
+    for name in ("test_2016_flickr.en.gz", "test_2016_flickr.de.gz"):
+        (test_only / name).write_bytes((data / name).read_bytes())
+    capsys.readouterr()
+    command = ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "2", "--beam-size", "1"]
+    assert main([*command, "--data-dir", str(test_only), "--device", "cpu", "--json"]) == 0
+    assert '"sentences": 2' in capsys.readouterr().out

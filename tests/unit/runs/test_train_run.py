@@ -88,3 +88,113 @@ def test_resuming_below_the_current_step_is_refused_without_touching_the_run(tmp
 def test_out_is_required(capsys):
     assert main([*COPY, "--max-steps", "1"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+# -- a full disk, exact resume, the averaged model ---------------------------------------------------------------
+def test_a_full_disk_on_run_json_is_a_clear_error_and_leaves_no_temp_file(tmp_path, monkeypatch, capsys):
+    import errno
+    import pathlib
+
+    real_write_text = pathlib.Path.write_text
+
+    def full_for_the_record(self, *args, **kwargs):
+        if self.name == ".run.json.tmp":
+            real_write_text(self, "{")  # a torn start, as a full disk leaves it
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_for_the_record)
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "1", "--out", str(out)]) == 2
+    assert f"cannot write {out / 'run.json'} (No space left on device)" in capsys.readouterr().err
+    assert not (out / ".run.json.tmp").exists() and not (out / "run.json").exists()
+
+
+def test_a_full_disk_on_metrics_jsonl_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    import builtins
+    import errno
+
+    import companion.train
+
+    real_open = builtins.open
+
+    def full_for_metrics(file, *args, **kwargs):
+        if str(file).endswith("metrics.jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(companion.train, "open", full_for_metrics, raising=False)
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "2", "--log-every", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"training stopped: {out / 'metrics.jsonl'}: No space left on device" in err and "Traceback" not in err
+
+
+def test_resume_with_other_threads_warns_that_it_is_not_exact_and_records_it(tmp_path):
+    out = tmp_path / "run"
+    flags = [flag for flag in COPY if flag not in ("--threads", "1")]
+    assert main([*flags, "--threads", "1", "--max-steps", "1", "--out", str(out)]) == 0
+    with pytest.warns(
+        UserWarning, match=r"1 CPU thread\(s\) before step 1, 2 after: the result will not be bit-identical"
+    ):
+        assert main([*flags, "--threads", "2", "--max-steps", "2", "--out", str(out), "--resume"]) == 0
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["threads"] == 2 and recorded["inexact_resume"] == ["1 CPU thread(s) before step 1, 2 after"]
+
+
+def test_resume_finishes_a_run_killed_before_its_averaged_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    command = [*COPY, "--max-steps", "2", "--save-every", "1", "--average-last", "2", "--out", str(out)]
+    assert main(command) == 0
+    (out / "averaged.pt").unlink()  # as a kill -9 between the last checkpoint and averaged.pt leaves it
+    assert main([*command, "--resume"]) == 0
+    assert "the run had finished training; averaged 2" in capsys.readouterr().out
+    assert load_checkpoint(out / "averaged.pt")["averaged_from"] == ["step_00000001.pt", "step_00000002.pt"]
+    assert main([*command, "--resume"]) == 2  # now there is nothing left to do
+    assert "is not beyond it" in capsys.readouterr().err
+
+
+def test_an_interrupted_resume_leaves_no_stale_averaged_model(tmp_path, monkeypatch):
+    from companion.runs import resolve_checkpoint
+    from companion.train import Trainer
+
+    out = tmp_path / "run"
+    command = [*COPY, "--save-every", "1", "--average-last", "2", "--out", str(out)]
+    assert main([*command, "--max-steps", "2"]) == 0
+    real_save = Trainer.save_checkpoint
+
+    def save_then_die(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        raise KeyboardInterrupt  # the resumed session is interrupted after one more checkpoint
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        main([*command, "--max-steps", "4", "--resume"])
+    assert not (out / "averaged.pt").exists()
+    with pytest.warns(UserWarning, match="has no averaged.pt although its run averages checkpoints"):
+        assert resolve_checkpoint(out) == out / "checkpoints" / "step_00000003.pt"
+
+
+def test_metrics_after_a_kill_and_resume_equal_the_uninterrupted_run(tmp_path, monkeypatch):
+    from companion.train import Trainer
+
+    def train_lines(folder):
+        lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"], r["nll"]) for r in lines if r["kind"] == "train"]
+
+    command = [*COPY, "--save-every", "3", "--log-every", "4", "--max-steps", "8"]
+    assert main([*command, "--out", str(tmp_path / "whole")]) == 0
+    real_save = Trainer.save_checkpoint
+
+    def kill_after_step_3(self, *args, **kwargs):
+        path = real_save(self, *args, **kwargs)
+        if self.state.step == 3:
+            raise KeyboardInterrupt  # a kill right after the checkpoint of step 3, mid-way through a log window
+        return path
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "save_checkpoint", kill_after_step_3)
+        with pytest.raises(KeyboardInterrupt):
+            main([*command, "--out", str(tmp_path / "killed")])
+    assert main([*command, "--out", str(tmp_path / "killed"), "--resume"]) == 0
+    assert train_lines(tmp_path / "killed") == train_lines(tmp_path / "whole")
