@@ -1,0 +1,126 @@
+"""Text-to-text and id-to-id translation: length-sorted batches through greedy or beam search."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+from .._validation import check_integer, check_number, check_positive_int
+from ..data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
+from ..devices import resolve_device
+from ..model import Transformer
+from .beam import _beam
+from .greedy import _greedy
+from .limits import _MAX_EXTRA_LEN, MAX_ALPHA, _check_id_lists
+
+
+def _check_translation_options(
+    model: object, beam_size: object, alpha: object, batch_size: object, bos_id: object, eos_id: object
+) -> float:
+    """The checks of :func:`translate` and :func:`translate_ids`; returns ``alpha`` as a float."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("beam_size", beam_size)
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        check_integer(f"{name} (a target token id)", value, minimum=0, maximum=model.config.tgt_vocab_size - 1)
+    return check_number("alpha", alpha, low=0, high=MAX_ALPHA)
+
+
+def translate(
+    model: Transformer,
+    sentences: Sequence[str],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+) -> list[str]:
+    """Translate ``sentences`` (plain text) and return detokenized translations in the same order.
+
+    Sentences are sorted by length into batches of ``batch_size`` to limit padding. ``beam_size=1`` is
+    greedy search. ``device`` (default: where the model is) receives the model and the batches. A source
+    longer than the model's ``max_len`` is truncated with a warning; an empty sentence is decoded from
+    ``<eos>`` alone.
+    """
+    if isinstance(sentences, str):
+        raise TypeError("sentences must be a list of strings, got a single string")
+    if not isinstance(tgt_tokenizer, Tokenizer):
+        raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
+    bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
+    alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
+    sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
+    ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id)
+    return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
+
+
+def translate_ids(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[int]]:
+    """Decode already tokenized sources (id lists ending in ``<eos>``); returns output ids in the same order.
+
+    The id-level half of :func:`translate`, for machines without the tokenizers' libraries: sources are sorted
+    by length into batches of ``batch_size``, decoded with beam search (``beam_size=1``: greedy search) on
+    ``device`` (default: where the model is), and returned without ``<bos>``/``<eos>``.
+    """
+    alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
+    rows = _check_id_lists("sources", sources, model.config.src_vocab_size)
+    for i, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
+    return _decode_sources(model, rows, beam_size, alpha, batch_size, device, bos_id, eos_id)
+
+
+def _decode_sources(
+    model: Transformer,
+    rows: list[list[int]],
+    beam_size: int,
+    alpha: float,
+    batch_size: int,
+    device: torch.device | str | None,
+    bos_id: int,
+    eos_id: int,
+) -> list[list[int]]:
+    """Decode checked source id lists in length-sorted batches; the outputs in the order of ``rows``."""
+    device = resolve_device(device) if device is not None else next(model.parameters()).device
+    model.to(device)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
+    outputs: list[list[int]] = [[] for _ in rows]
+    with torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
+            if beam_size == 1:
+                hypotheses = _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
+            else:
+                best = _beam(model, src, beam_size, alpha, _MAX_EXTRA_LEN, bos_id, eos_id)
+                hypotheses = [list(hypothesis.tokens) for hypothesis in best]
+            for i, hypothesis in zip(chunk, hypotheses):
+                outputs[i] = hypothesis
+    return outputs
+
+
+def _encode_sources(sentences: list[str], tokenizer: Tokenizer, max_len: int) -> list[list[int]]:
+    """Token ids + ``<eos>`` per sentence, truncated (with one warning) to ``max_len`` ids."""
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"src_tokenizer must be a companion Tokenizer, got {type(tokenizer).__name__}")
+    encoded = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch(sentences)]
+    too_long = sum(len(ids) > max_len for ids in encoded)
+    if too_long:
+        warnings.warn(
+            f"translate: truncated {too_long} source sentence(s) to the model's max_len={max_len} tokens", stacklevel=3
+        )
+        encoded = [ids[: max_len - 1] + [tokenizer.eos_id] if len(ids) > max_len else ids for ids in encoded]
+    return encoded
