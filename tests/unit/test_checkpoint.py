@@ -509,3 +509,100 @@ def test_model_from_checkpoint_resolves_the_device_first(tmp_path):
         model_from_checkpoint(path, device="bogus")
     assert next(model_from_checkpoint(path, device="auto").parameters()).device.type == "cpu"
 
+
+# -- moved from test_reliability.py: non-finite weights, a full disk, tampered contents ----------------------
+def test_a_checkpoint_with_nonfinite_weights_is_never_written_and_refused_on_load(tmp_path):
+    import math
+
+    model = make_model()
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(CheckpointError, match="inf or nan"):
+        save_checkpoint(tmp_path / "bad.pt", model=model, step=1)
+    assert not (tmp_path / "bad.pt").exists()
+    # a file written by an older version (or by hand), sealed with a valid digest: refused on load
+    old = save_checkpoint(tmp_path / "old.pt", model=make_model(), step=1)
+    resealed(old, lambda c: c.update(model_state=model.state_dict()))
+    with pytest.raises(CheckpointError, match=r"old\.pt:? is unusable: 1 tensor\(s\) hold inf or nan"):
+        load_checkpoint(old)
+    checkpoint = torch.load(old, weights_only=True)
+    checkpoint["model_state"] = make_model().state_dict()
+    checkpoint["trainer_state"] = {"optimizer": {"state": {0: {"exp_avg": torch.tensor([math.inf])}}}}
+    with pytest.raises(CheckpointError, match="trainer_state/optimizer/state/0/exp_avg"):
+        write_checkpoint(checkpoint, tmp_path / "x.pt")
+
+
+def test_a_full_disk_while_saving_says_so_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    model = make_model()
+    good = save_checkpoint(tmp_path / "step_00000001.pt", model=model, step=1)
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, handle):
+            self.handle, self.written = handle, 0
+
+        def write(self, data):
+            self.written += len(data)
+            if self.written > 4096:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.handle.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(ckpt_module.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(CheckpointError, match="the disk is full") as caught:
+        save_checkpoint(good, model=model, step=2)
+    assert "previous checkpoint is intact" in str(caught.value) and "unexpected pos" not in str(caught.value)
+    monkeypatch.undo()
+    assert load_checkpoint(good)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001.pt"]  # no temp file left
+
+
+TAMPERED_CONTENTS = {
+    "garbage tokenizer JSON": (
+        lambda c: c["tokenizers"]["src"].update(tokenizer="{not json"),
+        "src tokenizer is damaged",
+    ),
+    "garbage word vocabulary": (
+        lambda c: c["tokenizers"]["tgt"].update(type="word", language="en", itos=7),
+        "tgt tokenizer is damaged",
+    ),
+    "missing tokenizer entry": (lambda c: c["tokenizers"].pop("tgt"), "lack the 'tgt' entry"),
+    "non-numeric layer_norm_eps": (
+        lambda c: c["model_config"].update(layer_norm_eps="small"),
+        "layer_norm_eps must be a finite number",
+    ),
+    "negative layer_norm_eps": (
+        lambda c: c["model_config"].update(layer_norm_eps=-1e-5),
+        "layer_norm_eps must be positive",
+    ),
+    "nan dropout": (lambda c: c["model_config"].update(dropout=float("nan")), "dropout must be a finite number"),
+    "string bool": (lambda c: c["model_config"].update(norm_first="yes"), "norm_first must be True or False"),
+    "unknown field": (lambda c: c["model_config"].update(colour="red"), "unknown field 'colour'"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED_CONTENTS))
+def test_tampered_checkpoint_contents_are_refused_by_translate_without_a_traceback(case, tmp_path, capsys):
+    from companion.cli import main
+    from companion.data import SubwordTokenizer
+
+    change, message = TAMPERED_CONTENTS[case]
+    tok = SubwordTokenizer.train(["a man rides a bike .", "ein mann fährt rad ."] * 5, vocab_size=60)
+    config = TransformerConfig(
+        tok.vocab_size, tok.vocab_size, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32
+    )
+    path = save_checkpoint(tmp_path / "m.pt", model=Transformer(config), step=1, tokenizers={"src": tok, "tgt": tok})
+    resealed(path, change)
+    assert main(["translate", "--checkpoint", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
