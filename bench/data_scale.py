@@ -169,7 +169,8 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(measure_one(args.one, args)))
         return
-    runs = _earlier_runs(args) if args.append else []
+    earlier = _earlier(args) if args.append else {"runs": [], "commands": []}
+    runs = earlier["runs"]
     for num_pairs in args.pairs:
         generate_corpus(args.work_dir / f"corpus-{num_pairs}", num_pairs)  # not part of the measurement
         command = [sys.executable, __file__, "--one", str(num_pairs), *_passed_options(args)]
@@ -177,13 +178,15 @@ def main() -> None:
         runs = [run for run in runs if run["pairs"] != num_pairs] + [json.loads(output.strip().splitlines()[-1])]
         runs.sort(key=lambda run: run["pairs"])
         print(output.strip().splitlines()[-1], flush=True)
-        _write(args, runs)
+        _write(args, runs, earlier["commands"])
 
 
-def _earlier_runs(args: argparse.Namespace) -> list[dict]:
+def _earlier(args: argparse.Namespace) -> dict:
+    """The runs and commands already in ``--output`` (for ``--append``)."""
     if not args.output.is_file():
-        return []
-    return list(json.loads(args.output.read_text())["runs"])
+        return {"runs": [], "commands": []}
+    record = json.loads(args.output.read_text())
+    return {"runs": list(record["runs"]), "commands": record.get("commands", [record["command"]])}
 
 
 def _passed_options(args: argparse.Namespace) -> list[str]:
@@ -194,7 +197,7 @@ def _passed_options(args: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def _write(args: argparse.Namespace, runs: list[dict]) -> None:
+def _write(args: argparse.Namespace, runs: list[dict], earlier_commands: list[str]) -> None:
     record = with_provenance(
         {
             "what": "preparing a synthetic parallel corpus of N pairs: identity hash, shared BPE training, token "
@@ -203,6 +206,7 @@ def _write(args: argparse.Namespace, runs: list[dict]) -> None:
             "runs": runs,
         }
     )
+    record["commands"] = [*earlier_commands, record["command"]]  # with --append: every command that added runs
     args.output.parent.mkdir(parents=True, exist_ok=True)
     partial = args.output.with_suffix(".json.partial")
     partial.write_text(json.dumps(record, indent=2) + "\n")
