@@ -133,7 +133,7 @@ def test_a_crash_mid_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         handle.flush()
         raise KeyboardInterrupt("killed mid-write")
 
-    monkeypatch.setattr(ckpt_module.torch, "save", crash)
+    monkeypatch.setattr(ckpt_module.files.torch, "save", crash)
     with torch.no_grad():
         model.generator.weight.add_(1.0)
     with pytest.raises(KeyboardInterrupt):
@@ -157,7 +157,7 @@ import companion.checkpoint as c
 from companion import Transformer, TransformerConfig
 def half_then_die(obj, handle, *a, **k):
     handle.write(b"PK" * 5000); handle.flush(); os.kill(os.getpid(), signal.SIGKILL)
-c.torch.save = half_then_die
+c.files.torch.save = half_then_die
 model = Transformer(TransformerConfig(20, 20, d_model=32, num_heads=2, num_encoder_layers=1,
                                       num_decoder_layers=1, d_ff=64, max_len=32))
 c.save_checkpoint({str(folder / "step_00000002.pt")!r}, model=model, step=2)
@@ -272,7 +272,7 @@ def resealed(path, change):
     an integrity check, not a signature), written with plain ``torch.save`` (no checks)."""
     checkpoint = torch.load(path, weights_only=True)
     change(checkpoint)
-    checkpoint["content_sha256"] = ckpt_module._digest(checkpoint)
+    checkpoint["content_sha256"] = ckpt_module.validate._digest(checkpoint)
     torch.save(checkpoint, path)
     return path
 
@@ -435,7 +435,7 @@ def _interrupt_inside_torch_save(monkeypatch):
         def __getattr__(self, name):
             return getattr(self.handle, name)
 
-    monkeypatch.setattr(ckpt_module.torch, "save", lambda obj, handle: real_save(obj, InterruptedFile(handle)))
+    monkeypatch.setattr(ckpt_module.files.torch, "save", lambda obj, handle: real_save(obj, InterruptedFile(handle)))
 
 
 def test_ctrl_c_during_a_write_says_what_happened_and_what_is_intact(tmp_path, monkeypatch):
@@ -463,7 +463,7 @@ def test_a_failed_first_write_does_not_claim_a_previous_checkpoint(tmp_path, mon
     def no_space(obj, handle):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(ckpt_module.torch, "save", no_space)
+    monkeypatch.setattr(ckpt_module.files.torch, "save", no_space)
     with pytest.raises(CheckpointError, match="Input/output error") as caught:
         save_checkpoint(tmp_path / "step_00000001.pt", model=make_model(), step=1)
     assert "intact" not in str(caught.value)
@@ -558,7 +558,7 @@ def test_a_full_disk_while_saving_says_so_and_keeps_the_previous_checkpoint(tmp_
         def __exit__(self, *exc):
             self.handle.close()
 
-    monkeypatch.setattr(ckpt_module.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    monkeypatch.setattr(ckpt_module.files.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     with pytest.raises(CheckpointError, match="the disk is full") as caught:
         save_checkpoint(good, model=model, step=2)
     assert "previous checkpoint is intact" in str(caught.value) and "unexpected pos" not in str(caught.value)

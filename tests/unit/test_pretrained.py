@@ -118,7 +118,7 @@ def test_a_string_is_one_sentence(tiny_checkpoint):
 def test_a_modified_local_copy_is_refused(tiny_checkpoint, nowhere, monkeypatch, shipped_as):
     """Vocabulary entries swapped and the content digest recomputed: the file loads as a checkpoint, but it is not
     the shipped file, whose SHA-256 load_pretrained knows."""
-    from companion.checkpoint import _digest
+    from companion.checkpoint.validate import _digest
 
     shipped_as(tiny_checkpoint)
     checkpoint = torch.load(tiny_checkpoint, weights_only=True)
