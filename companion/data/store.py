@@ -468,6 +468,14 @@ class StoredBatches(Sequence[Batch]):
         chunk = int(self._batch_order[index])
         return self._order[self._starts[chunk] : self._starts[chunk + 1]]
 
+    def token_counts(self, index: int) -> tuple[int, int]:
+        """``(num_src_tokens, num_tgt_tokens)`` of batch ``index`` (with ``<eos>``), from the lengths alone:
+        what a rank that collates only its share needs to weigh the global batch."""
+        pairs = self.pair_indices(index)
+        return int(self.store.src_lengths[pairs].sum()) + len(pairs), int(self.store.tgt_lengths[pairs].sum()) + len(
+            pairs
+        )
+
     def local(self, index: int, rank: int, world_size: int) -> tuple[Batch, float]:
         """This rank's share of batch ``index`` and its weight, exactly as ``Trainer._local_share`` cuts the
         whole batch: rows ``torch.tensor_split(range(rows), world_size)[rank]``, padding columns trimmed; a rank

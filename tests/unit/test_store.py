@@ -228,6 +228,7 @@ def test_rank_shares_are_disjoint_cover_the_batch_and_match_the_trainer(corpus, 
             width = getattr(whole, name).shape[1]
             assert torch.equal(torch.cat([_pad_to(getattr(s, name), width) for s in real]), getattr(whole, name))
         assert sum(share.num_tgt_tokens for share in real) == whole.num_tgt_tokens
+        assert batches.token_counts(k) == (whole.num_src_tokens, whole.num_tgt_tokens)
         for rank, (share, weight) in enumerate(shares):
             trainer = SimpleNamespace(world_size=world_size, rank=rank, pad_id=0)
             expected, expected_weight = Trainer._local_share(trainer, whole)
