@@ -123,7 +123,7 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
             "workers": args.workers,
             "vocab_size": args.vocab_size,
             "max_tokens": args.max_tokens,
-            "tokenizer_trained_on_pairs": args.tokenizer_pairs or num_pairs,
+            "tokenizer_trained_on_pairs": min(args.tokenizer_pairs or num_pairs, num_pairs),
         },
         "corpus_bytes": identity["src_file"]["bytes"] + identity["tgt_file"]["bytes"],
         "tokens": {side: store.meta["sides"][side]["tokens"] for side in ("src", "tgt")},
