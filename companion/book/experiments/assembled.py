@@ -2,7 +2,7 @@
 
 Four groups, each built on the public core (``companion.Transformer`` and its layers) and never copying it:
 
-* **Shapes and the architecture figure** (in :mod:`companion.book.experiments.assembled_figures`).
+* **Shapes and the architecture figure** (in ``companion.book.experiments.assembled_figures``).
   :func:`record_shapes` runs one batch through a real :class:`companion.model.Transformer` with forward hooks and
   records, in call order, every sub-layer's output shape; :func:`draw_architecture` draws the paper's Figure 1 from
   those records alone.
@@ -10,7 +10,7 @@ Four groups, each built on the public core (``companion.Transformer`` and its la
   :func:`layer_flops` (matrix-multiply FLOPs of one layer and of its sub-layers, counted by PyTorch).
 * **Post-LN against pre-LN.** :func:`gradient_norms_at_init` (per-layer gradient norms of a fresh model) and
   :func:`train_small` (a small training run with or without learning-rate warmup).
-* **The paper's Table 1** (in :mod:`companion.book.experiments.table1`). Four layer types over a sequence
+* **The paper's Table 1** (in ``companion.book.experiments.table1``). Four layer types over a sequence
   (:class:`RestrictedSelfAttention`, :class:`StepwiseRNN`, convolutions, full self-attention), the dependency
   matrix of one layer read off its Jacobian (:func:`dependency_matrix`), the maximum path length through a stack
   of such layers (:func:`max_path_length`), FLOPs (:func:`count_flops`) and the number of operations run one

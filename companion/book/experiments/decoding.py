@@ -41,7 +41,6 @@ from ...decode import (
 from ...model import Transformer, eval_mode
 
 __all__ = [
-    "Finished",
     "BeamStep",
     "BeamTrace",
     "traced_beam_search",

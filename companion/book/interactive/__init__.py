@@ -23,16 +23,16 @@ control                                                   website values
 ``RadioButtons``, ``SelectionSlider``                     ``site={"name": [...]}``
 ``Checkbox``, ``ToggleButton``                            ``False`` and ``True`` (or the subset in ``site``)
 ``IntSlider``, ``FloatSlider``                            every step from ``min`` to ``max`` when there are at
-                                                          most :data:`MAX_FULL_RANGE` of them; otherwise the
+                                                          most ``MAX_FULL_RANGE`` of them; otherwise the
                                                           coarser list ``site={"name": [...]}`` (required)
 ``IntRangeSlider``, ``FloatRangeSlider``                  every (low, high) pair when there are at most
-                                                          :data:`MAX_FULL_RANGE`; otherwise ``site`` (required)
+                                                          ``MAX_FULL_RANGE``; otherwise ``site`` (required)
 ``ipywidgets.fixed(value)``                               the value (no control)
 ========================================================  ==========================================================
 
 The website's grid is the product of these lists; it must hold the control's current value (the state shown
 first) and at most ``max_states`` states. Each state's output is captured in order: printed text (stdout and
-stderr), matplotlib figures shown with ``plt.show()`` or left open (PNG at :data:`FIGURE_DPI` dpi; the figures are
+stderr), matplotlib figures shown with ``plt.show()`` or left open (PNG at ``FIGURE_DPI`` dpi; the figures are
 closed afterwards), rich objects passed to ``IPython.display.display`` and the function's return value when it is
 not ``None`` (as ``ipywidgets.interact`` displays it).
 

@@ -140,7 +140,7 @@ def capture_outputs(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> 
     Streams become ``{"output_type": "stream", "name": "stdout" | "stderr", "text": ...}``; figures (shown with
     ``plt.show()`` or left open; closed afterwards) and displayed objects become
     ``{"output_type": "display_data", "data": {mime type: content}, "metadata": {...}}``, figures as base64 PNG at
-    :data:`FIGURE_DPI`. A return value other than ``None`` is displayed last, as ``ipywidgets.interact`` does.
+    ``FIGURE_DPI``. A return value other than ``None`` is displayed last, as ``ipywidgets.interact`` does.
     Exceptions propagate (figures the call opened are closed).
     """
     from IPython.display import display

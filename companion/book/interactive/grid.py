@@ -62,7 +62,7 @@ def site_controls(controls: Mapping[str, Any], site: Mapping[str, Sequence[Any]]
     Args:
         controls: ``{argument name: ipywidgets control or ipywidgets.fixed(value)}``.
         site: ``{argument name: [values]}``: the values the website offers for that control, instead of all of them
-            (required for a numeric or range slider with more than :data:`MAX_FULL_RANGE` values).
+            (required for a numeric or range slider with more than ``MAX_FULL_RANGE`` values).
 
     Raises:
         TypeError: a control of an unsupported type, or ``site`` not a mapping of lists.

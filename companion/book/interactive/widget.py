@@ -64,7 +64,7 @@ def interact(
         function: called with one keyword argument per control; it may print, plot (``plt.show()``), display
             objects or return one (shown when not ``None``).
         site: ``{argument name: [values]}``: the values the website offers for a control (required for numeric and
-            range sliders with more than :data:`MAX_FULL_RANGE` values; optional for the others).
+            range sliders with more than ``MAX_FULL_RANGE`` values; optional for the others).
         max_states: the most website states allowed (their product over the controls).
         **controls: ``{argument name: ipywidgets control}`` (see the module's table) or ``ipywidgets.fixed(v)``.
 
