@@ -38,6 +38,7 @@ class OptionSpec:
     resumable: bool = False
     switches: Mapping[str, tuple[Any, str]] | None = None
     required: bool = False
+    nargs: str | None = None
 
 
 def option(
@@ -51,6 +52,7 @@ def option(
     resumable: bool = False,
     switches: Mapping[str, tuple[Any, str]] | None = None,
     required: bool = False,
+    nargs: str | None = None,
 ) -> Any:
     """A dataclass field that is also a command-line option.
 
@@ -67,6 +69,7 @@ def option(
         switches: instead of one flag, several flags that each set a fixed value:
             ``{"--norm-first": (True, help), "--post-ln": (False, help)}`` (``help`` is then unused).
         required: the option has no default and must be given.
+        nargs: as in argparse (``"+"``: one or more words, recorded as a list of strings).
     """
     spec = OptionSpec(
         help=help,
@@ -77,6 +80,7 @@ def option(
         resumable=resumable,
         switches=dict(switches) if switches else None,
         required=required,
+        nargs=nargs,
     )
     if required:
         return field(metadata={"option": spec})
@@ -112,8 +116,9 @@ def label(config_class: type, name: str) -> str:
 
 
 def base_type(f: dataclasses.Field) -> type:
-    """``int``, ``float``, ``bool`` or ``str`` from the field's annotation (``"int | None"`` -> int)."""
-    names = {part.strip() for part in str(f.type).split("|")} - {"None"}
+    """``int``, ``float``, ``bool`` or ``str`` from the field's annotation (``"int | None"`` -> int; a list, the
+    type of an option with ``nargs``, -> its items' type)."""
+    names = {part.strip().removeprefix("list[").removesuffix("]") for part in str(f.type).split("|")} - {"None"}
     for candidate in (bool, int, float, str):
         if candidate.__name__ in names:
             return candidate

@@ -4,27 +4,48 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch.distributed as dist
 
 from ..data import (
     DATA_DIR_ENV,
+    ParallelCorpus,
+    StoredBatches,
     SubwordTokenizer,
     WordTokenizer,
+    disk_corpus,
     encode_pairs,
+    files_corpus,
+    folder_corpus,
+    hub_corpus,
+    json_corpus,
     load_multi30k,
     make_batches,
+    prepare_store,
     synthetic_pairs,
     tokenizer_from_dict,
+    tsv_corpus,
 )
-from ..errors import RunError
+from ..data.corpus import HUB_SPLIT_NAMES, MULTI30K_SPLIT_STEMS
+from ..errors import DataError, RunError
 from .config import DataConfig, RunConfig
 
-__all__ = ["RunData", "data_identity", "check_same_data", "build_tokenizers", "build_run_data"]
+__all__ = [
+    "RunData",
+    "data_identity",
+    "check_same_data",
+    "build_tokenizers",
+    "build_run_data",
+    "open_corpus",
+    "evaluation_pairs",
+]
 
 
 class RunData(NamedTuple):
@@ -32,7 +53,7 @@ class RunData(NamedTuple):
 
     tokenizers: dict[str, Any] | None
     vocab_sizes: tuple[int, int]
-    train_batches: list[Any]
+    train_batches: Sequence[Any]  # a list, or StoredBatches read from a token store
     valid_batches: list[Any]
     identity: dict[str, Any] | None = None  # what the data are (see data_identity); None for synthetic tasks
 
@@ -69,23 +90,35 @@ def check_same_data(
             f"--resume: the data in {source} are not the data this run was trained on ("
             + "; ".join(differing)
             + "). Resuming would not continue the same run; pass the "
-            "--data-dir the run used, or start a new run."
+            "--data-dir (or --train files) the run used, or start a new run."
         )
 
 
 def build_tokenizers(
-    config: DataConfig, train_pairs: Sequence[tuple[str, str]], rank: int = 0, world_size: int = 1
+    config: DataConfig,
+    train_pairs: Sequence[tuple[str, str]] | ParallelCorpus,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> tuple[Any, Any]:
     """``(src_tokenizer, tgt_tokenizer)`` trained on ``train_pairs`` as ``config`` says (one shared BPE, or
-    one word vocabulary per language).
+    one word vocabulary per language). ``train_pairs`` may be a :class:`~companion.data.corpus.ParallelCorpus`, whose
+    training split is then streamed (never held in memory).
 
     Under ``torchrun`` rank 0 trains them and broadcasts them, so every rank holds identical vocabularies.
     """
     dicts: list[Any] = [None]
     if rank == 0:
-        src_texts, tgt_texts = [s for s, _ in train_pairs], [t for _, t in train_pairs]
+        src_texts: Iterable[str]
+        tgt_texts: Iterable[str]
+        if isinstance(train_pairs, ParallelCorpus):
+            corpus = train_pairs
+            both: Iterable[str] = corpus.texts("train", "both")
+            src_texts, tgt_texts = corpus.texts("train", "src"), corpus.texts("train", "tgt")
+        else:
+            src_texts, tgt_texts = [s for s, _ in train_pairs], [t for _, t in train_pairs]
+            both = list(src_texts) + list(tgt_texts)
         if config.tokenizer == "bpe":
-            shared = SubwordTokenizer.train(src_texts + tgt_texts, vocab_size=config.vocab_size)
+            shared = SubwordTokenizer.train(both, vocab_size=config.vocab_size)
             if shared.vocab_size > config.vocab_size:
                 warnings.warn(
                     f"--vocab-size {config.vocab_size}: the BPE vocabulary has {shared.vocab_size} "
@@ -117,12 +150,14 @@ def build_run_data(
     """
     data, seed, max_len = config.data, config.train.seed, config.model.max_len
     identity = None
+    if data.task == "multi30k" and not data.is_multi30k():
+        return _stored_run_data(config, saved_tokenizers, rank, world_size)
     if data.task != "multi30k":
         train, valid = _synthetic_splits(data, seed)
         tokenizers, vocab_sizes = None, (data.synthetic_vocab, data.synthetic_vocab)
     else:
         try:
-            splits = load_multi30k(data.src, data.tgt, data.data_dir)
+            splits = load_multi30k(data.src, data.tgt, data.data_dir, splits=("train", "valid"))
         except FileNotFoundError as error:
             raise RunError(str(error)) from None
         if data.limit_train:
@@ -147,3 +182,180 @@ def _synthetic_splits(data: DataConfig, seed: int) -> tuple[list[Any], list[Any]
     train = synthetic_pairs(data.task, data.num_examples, seed=seed, **settings)
     valid = synthetic_pairs(data.task, max(200, data.num_examples // 50), seed=seed + 1, **settings)
     return train, valid
+
+
+# -- corpora given by the user: streamed into token stores ------------------------------------------------
+
+
+def open_corpus(data: DataConfig) -> ParallelCorpus:
+    """The :class:`~companion.data.corpus.ParallelCorpus` that ``data`` names (``--data-dir``, ``--train``/``--valid``/
+    ``--test`` files or ``--hf-dataset``); a :class:`~companion.errors.RunError` when it cannot be opened."""
+    src, tgt = data.src, data.tgt
+    try:
+        if data.hf_dataset:
+            splits = _split_names(data, HUB_SPLIT_NAMES)
+            if Path(data.hf_dataset).is_dir():
+                return disk_corpus(data.hf_dataset, src=src, tgt=tgt, splits=splits)
+            return hub_corpus(data.hf_dataset, data.hf_config, src=src, tgt=tgt, splits=splits)
+        if data.train_files:
+            return _files_corpus(data)
+        folder = data.data_dir or os.environ.get(DATA_DIR_ENV)
+        if not folder:
+            raise RunError("no data: give --data-dir DIR, --train SRC_FILE TGT_FILE or --hf-dataset NAME")
+        return folder_corpus(folder, src, tgt, _split_names(data, MULTI30K_SPLIT_STEMS))
+    except (FileNotFoundError, ValueError, TypeError) as error:
+        raise RunError(str(error)) from None
+
+
+def _split_names(data: DataConfig, defaults: Mapping[str, str]) -> dict[str, str]:
+    given = {"train": data.train_split, "valid": data.valid_split, "test": data.test_split}
+    return {split: given[split] or defaults[split] for split in ("train", "valid", "test")}
+
+
+def _files_corpus(data: DataConfig) -> ParallelCorpus:
+    """The ``--train``/``--valid``/``--test`` files: pairs of aligned files, or one TSV or JSON file each."""
+    given = {split: files for split in ("train", "valid", "test") if (files := getattr(data, f"{split}_files"))}
+    kinds = {_file_kind(files) for files in given.values()}
+    if len(kinds) > 1:
+        raise RunError(
+            "--train, --valid and --test must be files of one kind (all SRC_FILE TGT_FILE pairs, all .tsv or all "
+            f".json/.jsonl), got {sorted(kinds)}"
+        )
+    kind = kinds.pop()
+    if kind == "aligned":
+        return files_corpus(data.src, data.tgt, **{split: tuple(files) for split, files in given.items()})
+    if kind == "tsv":
+        return tsv_corpus(data.src, data.tgt, **{split: files[0] for split, files in given.items()})
+    return json_corpus(data.src, data.tgt, **{split: files[0] for split, files in given.items()})
+
+
+def _file_kind(files: Sequence[str]) -> str:
+    if len(files) == 2:
+        return "aligned"
+    return "tsv" if files[0].endswith((".tsv", ".tsv.gz")) else "json"
+
+
+class _FirstPairs(ParallelCorpus):
+    """A corpus whose training split is cut to its first ``limit`` pairs (``--limit-train``)."""
+
+    def __init__(self, corpus: ParallelCorpus, limit: int) -> None:
+        self.src, self.tgt = corpus.src, corpus.tgt
+        self._corpus, self._limit = corpus, limit
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return self._corpus.splits
+
+    def pairs(self, split: str) -> Iterator[tuple[str, str]]:
+        pairs = self._corpus.pairs(split)
+        return itertools.islice(pairs, self._limit) if split == "train" else pairs
+
+    def identity(self, split: str) -> dict[str, Any]:
+        inner = self._corpus.identity(split)
+        return inner | {"first_pairs": self._limit} if split == "train" else inner
+
+    def describe(self, split: str) -> str:
+        return self._corpus.describe(split)
+
+
+def _content_identity(identity: Any) -> Any:
+    """A corpus identity without its file paths (moving the files keeps the data the same)."""
+    if isinstance(identity, Mapping):
+        return {k: _content_identity(v) for k, v in identity.items() if k != "path"}
+    if isinstance(identity, list):
+        return [_content_identity(v) for v in identity]
+    return identity
+
+
+def _stored_identity(corpus: ParallelCorpus, split: str, pairs: int) -> dict[str, Any]:
+    """``{"pairs", "sha256"}`` of a split kept in a token store: the digest of what the data are (the files'
+    SHA-256, a dataset's fingerprint), comparable to the record of a resumed run."""
+    described = json.dumps(_content_identity(corpus.identity(split)), sort_keys=True, default=str)
+    return {"pairs": pairs, "sha256": hashlib.sha256(described.encode("utf-8")).hexdigest()}
+
+
+def _stored_run_data(
+    config: RunConfig, saved_tokenizers: Mapping[str, Any] | None, rank: int, world_size: int
+) -> RunData:
+    """Tokenizers (streamed from the corpus, or the checkpoint's) and token-store batches of a user's corpus.
+
+    Rank 0 tokenizes each split into ``--cache-dir`` (``--workers`` processes) while the other ranks wait; then
+    every rank opens the same store and reads batches lazily (under torchrun only its share of each batch)."""
+    data, seed = config.data, config.train.seed
+    corpus = open_corpus(data)
+    if data.limit_train:
+        corpus = _FirstPairs(corpus, data.limit_train)
+    try:
+        if saved_tokenizers is not None:
+            src_tok, tgt_tok = (tokenizer_from_dict(saved_tokenizers[side]) for side in ("src", "tgt"))
+        else:
+            src_tok, tgt_tok = build_tokenizers(data, corpus, rank, world_size)
+        splits = ["train"] + (["valid"] if "valid" in corpus.splits else [])
+        stores = {split: _prepared(config, corpus, split, src_tok, tgt_tok, rank, world_size) for split in splits}
+    except (DataError, FileNotFoundError) as error:
+        raise RunError(str(error)) from None
+    assert data.max_tokens is not None
+    train_batches = StoredBatches(stores["train"], data.max_tokens, seed=seed)
+    valid_batches = list(StoredBatches(stores["valid"], data.max_tokens, shuffle=False)) if "valid" in stores else []
+    identity = {split: _stored_identity(corpus, split, store.num_pairs) for split, store in stores.items()}
+    tokenizers = {"src": src_tok, "tgt": tgt_tok}
+    return RunData(tokenizers, (src_tok.vocab_size, tgt_tok.vocab_size), train_batches, valid_batches, identity)
+
+
+def _prepared(
+    config: RunConfig, corpus: ParallelCorpus, split: str, src_tok: Any, tgt_tok: Any, rank: int, world_size: int
+) -> Any:
+    """The token store of ``split``: built by rank 0 first, then opened (found in the cache) by the others."""
+
+    def prepare() -> Any:
+        return prepare_store(
+            corpus,
+            split,
+            src_tok,
+            tgt_tok,
+            cache_dir=config.data.cache_dir,
+            max_len=config.model.max_len,
+            workers=config.data.workers,
+        )
+
+    store = prepare() if rank == 0 else None
+    if world_size > 1:
+        dist.barrier()
+    return store if store is not None else prepare()
+
+
+def evaluation_pairs(data: DataConfig, split: str, data_dir: str | None = None) -> list[tuple[str, str]]:
+    """The sentence pairs of ``split`` ("train", "valid" or "test") of the corpus a run recorded (``data``);
+    ``data_dir`` replaces the recorded folder. Multi30k is read as :func:`~companion.data.load_multi30k` reads it."""
+    if data_dir is not None:
+        data = _with_folder(data, data_dir)
+    if data.is_multi30k():
+        try:
+            return load_multi30k(data.src, data.tgt, data.data_dir, splits=(split,))[split]
+        except FileNotFoundError as error:
+            raise RunError(str(error)) from None
+    corpus = open_corpus(data)
+    if split not in corpus.splits:
+        reason = ""
+        try:
+            corpus.identity(split)
+        except FileNotFoundError as error:  # a folder without the split's files: name them
+            reason = f"{error}: "
+        except DataError:
+            pass
+        raise RunError(
+            f"{reason}the run's data ({corpus!r}) have no {split} split; score other data with --src-file F "
+            "--ref-file R"
+        )
+    try:
+        return list(corpus.pairs(split))
+    except (DataError, FileNotFoundError) as error:
+        raise RunError(str(error)) from None
+
+
+def _with_folder(data: DataConfig, data_dir: str) -> DataConfig:
+    import dataclasses
+
+    return dataclasses.replace(
+        data, data_dir=data_dir, train_files=None, valid_files=None, test_files=None, hf_dataset=None, hf_config=None
+    )

@@ -45,6 +45,10 @@ def _add_flag(target: Any, f: dataclasses.Field, suppress_defaults: bool) -> Non
         return
     help_text = spec.help.replace("{default}", str(default))
     flag = spec.flag or "--" + f.name.replace("_", "-")
+    if spec.nargs:  # several words: a list of strings
+        kwargs.update(help=help_text, metavar=spec.metavar, nargs=spec.nargs, type=str)
+        target.add_argument(flag, **{k: v for k, v in kwargs.items() if v is not None})
+        return
     if base_type(f) is bool:
         target.add_argument(flag, action="store_false" if default else "store_true", help=help_text, **kwargs)
         return

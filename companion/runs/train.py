@@ -298,15 +298,26 @@ def _average_last_checkpoints(config: RunConfig, out: Path) -> dict[str, Any]:
 
 def _print_start(config: RunConfig, trainer: Trainer, data: RunData, stream: TextIO, *, resumed: bool) -> None:
     src_vocab, tgt_vocab = data.vocab_sizes
-    direction = f"{config.data.src}->{config.data.tgt if config.data.task == 'multi30k' else ''}"
+    data_config = config.data
+    what = data_config.task if data_config.task != "multi30k" else _source_name(data_config)
+    direction = f" {data_config.src} -> {data_config.tgt}" if data_config.task == "multi30k" else ""
     print(
-        f"companion train: {config.data.task} {direction} preset={config.preset} "
+        f"companion train: {what}{direction} preset={config.preset} "
         f"params={trainer.model.num_parameters():,} vocab={src_vocab}/{tgt_vocab} "
         f"batches/epoch={len(data.train_batches)} device={trainer.device} world_size={trainer.world_size}"
         + (f" resumed at step {trainer.state.step}" if resumed else ""),
         file=stream,
         flush=True,
     )
+
+
+def _source_name(data: Any) -> str:
+    """What a translation run reads, for the start line: Multi30k, or the user's data."""
+    if data.is_multi30k():
+        return "multi30k"
+    if data.hf_dataset:
+        return f"dataset {data.hf_dataset}" + (f" ({data.hf_config})" if data.hf_config else "")
+    return f"files {Path(data.train_files[0]).name}..." if data.train_files else f"folder {data.data_dir}"
 
 
 def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:

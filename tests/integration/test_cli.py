@@ -151,7 +151,7 @@ def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypa
         ]
     )
     assert code == 0
-    assert "de->en" in capsys.readouterr().out
+    assert "de -> en" in capsys.readouterr().out
     run = json.loads((out / "run.json").read_text())
     assert run["args"]["src"] == "de" and run["args"]["tokenizer"] == "bpe"
 
