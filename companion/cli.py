@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TextIO
 
+from ._version import __version__
 from .errors import CompanionError, RunError
 from .runs import (
     DEFAULTS_NOTE,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
         epilog="Run 'companion COMMAND --help' for the flags of each command.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     train = sub.add_parser(
@@ -83,9 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser(
         "evaluate",
-        help="BLEU and chrF (sacreBLEU) on a Multi30k split",
-        description="Translate a Multi30k split with the checkpoint and score it with sacreBLEU (BLEU and chrF on "
-        "detokenized text; the signatures are printed).",
+        help="BLEU and chrF (sacreBLEU) on a split of the run's corpus or on any two files",
+        description="Translate a split of the corpus the run was trained on (--split), or any source file with "
+        "its references (--src-file F --ref-file R), with the checkpoint, in the direction the checkpoint "
+        "records, and score it: sacreBLEU's BLEU and chrF on detokenized text (with their signatures), and "
+        "tokenized BLEU as 2017 papers reported it (spaCy words of the target language, sacreBLEU "
+        "tokenize=none, case-sensitive: multi-bleu.perl's computation).",
     )
     add_options(evaluate, EvaluateConfig)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -148,6 +153,8 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
             f"{result['beam_size']}, alpha {result['alpha']}, {result['weights']})\n"
         )
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
+        if result.get("tokenized_bleu") is not None:
+            stdout.write(f"tokenized BLEU = {result['tokenized_bleu']:.2f}  {result['tokenized_bleu_signature']}\n")
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
     stdout.flush()
 

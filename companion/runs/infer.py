@@ -14,13 +14,15 @@ from typing import Any, NamedTuple
 
 from .._validation import check_integer, check_number
 from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
-from ..data import DATA_DIR_ENV, load_multi30k
+from ..data import DATA_DIR_ENV
+from ..data.corpus import files_corpus
 from ..decode import MAX_ALPHA, translate
 from ..devices import resolve_device
-from ..errors import ConfigError, RunError
-from ..evaluate import evaluate_translation
+from ..errors import ConfigError, DataError, RunError
+from ..evaluate import evaluate_translation, tokenized_bleu
 from ..options import check_declared, label, option
-from .config import RunConfig
+from .config import DataConfig, RunConfig
+from .identity import evaluation_pairs
 
 __all__ = [
     "MAX_ALPHA",
@@ -79,23 +81,35 @@ class TranslateConfig(_InferenceOptions):
 
 @dataclass
 class EvaluateConfig(_InferenceOptions):
-    """Options of ``companion evaluate``: the checkpoint, the beam search, the device and the Multi30k split."""
+    """Options of ``companion evaluate``: the checkpoint, the beam search, the device, and what to score: a split
+    of the run's corpus, or any two files."""
 
     split: str = option(
-        "test", "which split; test = test_2016_flickr (default: {default})", choices=["test", "valid", "train"]
+        "test",
+        "which split of the corpus the run was trained on (Multi30k: test = test_2016_flickr; a --data-dir "
+        "corpus: its --test-split; --train files: the --test files) (default: {default})",
+        choices=["test", "valid", "train"],
     )
     data_dir: str | None = option(
         None,
-        "Multi30k folder (default: $COMPANION_DATA_DIR, else the folder recorded by "
-        "the run if it still exists, else the Hugging Face hub)",
+        "a folder of {split}.{lang} files in place of the run's (default: for Multi30k $COMPANION_DATA_DIR, "
+        "else the folder recorded by the run if it still exists, else the Hugging Face hub)",
         metavar="DIR",
     )
+    src_file: str | None = option(
+        None, "score these source sentences (UTF-8, one per line, plain or .gz) instead of a split", metavar="FILE"
+    )
+    ref_file: str | None = option(None, "the reference translations of --src-file, line by line", metavar="FILE")
     limit: int | None = option(None, "score only the first N sentences", metavar="N")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.limit is not None:
             check_integer(label(EvaluateConfig, "limit"), self.limit, minimum=1, error=ConfigError)
+        if (self.src_file is None) != (self.ref_file is None):
+            raise ConfigError("--src-file and --ref-file go together: the sentences and their references")
+        if self.src_file is not None and self.data_dir is not None:
+            raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
@@ -234,31 +248,72 @@ def _usable_part(text: str, number: int, max_len: int) -> str:
     return text[:limit]
 
 
-def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
-    """Translate a Multi30k split with ``config.checkpoint`` and score it with sacreBLEU.
+def checkpoint_languages(checkpoint: dict[str, Any]) -> tuple[str, str]:
+    """``(src, tgt)`` as the checkpoint records them: its run's languages, else its word tokenizers'.
 
-    The languages come from the checkpoint's run; the data from ``config.data_dir``, else
-    ``$COMPANION_DATA_DIR``, else the folder the run recorded (if it still exists), else the hub. Returns
-    ``bleu``, ``bleu_signature``, ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``, ``split``,
-    ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
+    A :class:`~companion.errors.RunError` when it records none (a checkpoint of the Python Trainer written
+    without ``languages=`` and with a shared BPE): evaluation never assumes a direction."""
+    run_info = checkpoint.get("run_info") or {}
+    tokenizers = checkpoint.get("tokenizers") or {}
+    found = []
+    for side in ("src", "tgt"):
+        language = run_info.get(side) or (tokenizers.get(side) or {}).get("language")
+        found.append(language if isinstance(language, str) and language else None)
+    if None in found:
+        missing = " and ".join(side for side, language in zip(("source", "target"), found) if language is None)
+        raise RunError(
+            f"the checkpoint does not record its {missing} language (trained with companion.Trainer without "
+            "languages=(src, tgt), and with a shared BPE tokenizer); evaluate needs the translation direction. "
+            "Save it again with the languages: Trainer(..., languages=('fr', 'en'))"
+        )
+    return str(found[0]), str(found[1])
+
+
+def _pairs_to_score(config: EvaluateConfig, run_info: dict[str, Any], src: str, tgt: str) -> tuple[str, list]:
+    """``(what, pairs)``: the files or the split of the run's corpus that ``config`` names."""
+    if config.src_file is not None:
+        assert config.ref_file is not None
+        try:
+            corpus = files_corpus(src, tgt, test=(config.src_file, config.ref_file))
+            return f"{config.src_file}", list(corpus.pairs("test"))
+        except (FileNotFoundError, DataError, ValueError) as error:
+            raise RunError(str(error).replace("test[0]", "--src-file").replace("test[1]", "--ref-file")) from None
+    args = dict(run_info.get("args") or {})
+    data = DataConfig(**{k: v for k, v in args.items() if k in _DATA_FIELDS} | {"src": src, "tgt": tgt})
+    data_dir = config.data_dir
+    if data.is_multi30k() and data_dir is None:
+        if os.environ.get(DATA_DIR_ENV):
+            data_dir = os.environ[DATA_DIR_ENV]
+        elif data.data_dir and not Path(data.data_dir).is_dir():
+            data = dataclasses.replace(data, data_dir=None)  # the recorded folder is gone: the hub
+    pairs = evaluation_pairs(data, config.split, data_dir)
+    name = "test_2016_flickr" if config.split == "test" and data.is_multi30k() else config.split
+    return name, pairs
+
+
+_DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)} - {"max_tokens"}
+
+
+def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
+    """Translate a split of the run's corpus, or ``--src-file``, with ``config.checkpoint`` and score it.
+
+    The direction comes from the checkpoint (``checkpoint_languages``; a RunError when it records none).
+    A split is read from the corpus the run recorded: Multi30k from ``config.data_dir``, else
+    ``$COMPANION_DATA_DIR``, else the folder the run recorded (if it still exists), else the hub; a run's own
+    ``--data-dir``/``--train``/``--hf-dataset`` corpus from where it was. Returns ``bleu``, ``bleu_signature``
+    (sacreBLEU on detokenized text), ``tokenized_bleu``, ``tokenized_bleu_signature`` (see
+    :func:`companion.evaluate.tokenized_bleu`), ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``,
+    ``split``, ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
     """
     loaded = load_for_inference(config.checkpoint, config.device)
     model, src_tok, tgt_tok, checkpoint, target, weights = loaded
     run_info = checkpoint.get("run_info") or {}
     if run_info.get("task", "multi30k") != "multi30k":
         raise RunError(
-            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores "
-            "Multi30k translations"
+            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores translations"
         )
-    src, tgt = run_info.get("src", "en"), run_info.get("tgt", "de")
-    data_dir = config.data_dir
-    if data_dir is None and not os.environ.get(DATA_DIR_ENV):
-        recorded = (run_info.get("args") or {}).get("data_dir")
-        data_dir = recorded if recorded and Path(recorded).is_dir() else None
-    try:
-        pairs = load_multi30k(src, tgt, data_dir, splits=(config.split,))[config.split]
-    except FileNotFoundError as error:
-        raise RunError(str(error)) from None
+    src, tgt = checkpoint_languages(checkpoint)
+    split, pairs = _pairs_to_score(config, run_info, src, tgt)
     if config.limit is not None:
         pairs = pairs[: config.limit]
     started = time.time()
@@ -272,14 +327,17 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         batch_size=config.batch_size,
         device=target,
     )
+    tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], [t for _, t in pairs], tgt)
     return {
         "bleu": result["bleu"],
         "bleu_signature": result["bleu_signature"],
+        "tokenized_bleu": tok_bleu,
+        "tokenized_bleu_signature": tok_signature,
         "chrf": result["chrf"],
         "chrf_signature": result["chrf_signature"],
         "hypotheses": result["hypotheses"],
         "direction": f"{src}->{tgt}",
-        "split": "test_2016_flickr" if config.split == "test" else config.split,
+        "split": split,
         "sentences": len(pairs),
         "beam_size": config.beam_size,
         "alpha": config.alpha,
@@ -288,3 +346,11 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         "step": checkpoint.get("step"),
         "decode_seconds": time.time() - started,
     }
+
+
+def _tokenized_bleu(hypotheses: list[str], references: list[str], language: str) -> tuple[float | None, str]:
+    """Tokenized BLEU, or ``(None, why)`` where spaCy has no rules for the target language."""
+    try:
+        return tokenized_bleu(hypotheses, references, language)
+    except (ValueError, ImportError) as error:
+        return None, f"not computed: {error}"
