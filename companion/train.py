@@ -25,6 +25,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validation import check_integer, check_number, check_positive_int, check_tensor
-from .devices import process_rank, resolve_device
+from .devices import process_rank, resolve_device, setup_distributed
 
 # DeviceUnavailableError and TrainingDivergedError stay importable from here (their home was this module)
 from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError  # noqa: F401
@@ -377,6 +378,15 @@ class Trainer:
         tokenizers: ``{"src": tokenizer, "tgt": tokenizer}`` (objects with ``to_dict()``, or dicts), stored in
             every checkpoint so that the model can translate text later.
         run_info: free-form JSON-serialisable facts about the run (data, command) stored in checkpoints.
+        languages: ``(src, tgt)`` language codes, recorded in every checkpoint (``run_info["src"]``/``["tgt"]``)
+            so that evaluation knows the direction. Default: ``run_info``'s ``src``/``tgt``, else the word
+            tokenizers' ``language``; a shared BPE tokenizer has none, so with one pass ``languages`` (else the
+            checkpoint records None and ``companion evaluate`` refuses it, with a warning here).
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) a Trainer joins the process group itself when
+    :func:`companion.devices.setup_distributed` was not called. ``train_batches`` that offer per-rank shares
+    (:class:`companion.data.store.StoredBatches`: ``local(index, rank, world_size)``) are read share by share: each
+    rank reads only its rows of each batch.
     """
 
     def __init__(
@@ -389,6 +399,7 @@ class Trainer:
         out_dir: str | os.PathLike | None = None,
         tokenizers: Mapping[str, Any] | None = None,
         run_info: Mapping[str, Any] | None = None,
+        languages: tuple[str | None, str | None] | None = None,
     ) -> None:
         from .model import Transformer  # local: keeps import order of the package free
 
@@ -399,6 +410,8 @@ class Trainer:
         self.train_batches = self._check_batches("train_batches", train_batches, allow_empty=False)
         self.valid_batches = self._check_batches("valid_batches", valid_batches or [], allow_empty=True)
         self.config = config
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            setup_distributed(config.device)  # under torchrun: join the group (nothing if already joined)
         self.rank, self.world_size = process_rank()
         self.device = resolve_device(config.device, int(os.environ.get("LOCAL_RANK", 0)))
         self.model = model.to(self.device)
@@ -406,6 +419,7 @@ class Trainer:
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.tokenizers = {k: (v if isinstance(v, dict) else v.to_dict()) for k, v in (tokenizers or {}).items()}
         self.run_info = dict(run_info or {})
+        self.run_info.update(zip(("src", "tgt"), self._languages(languages)))
         self.state = TrainState()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=config.betas, eps=config.eps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -422,12 +436,38 @@ class Trainer:
         self._last_save_time = 0.0
 
     # -- input checks ------------------------------------------------------------------------------------
+    def _languages(self, given: tuple[str | None, str | None] | None) -> tuple[str | None, str | None]:
+        """The run's ``(src, tgt)`` languages: ``given``, else ``run_info``'s, else the tokenizers' (see __init__)."""
+        if given is not None:
+            if isinstance(given, str) or len(given) != 2 or not all(x is None or isinstance(x, str) for x in given):
+                raise TypeError(f"languages must be a (src, tgt) pair of language codes, got {given!r}")
+            return given[0], given[1]
+        found = [self.run_info.get(side) or self.tokenizers.get(side, {}).get("language") for side in ("src", "tgt")]
+        if self.tokenizers and None in found:
+            warnings.warn(
+                "Trainer: the tokenizers do not say their languages (a shared BPE has none): the checkpoints record "
+                "None and 'companion evaluate' refuses them; pass languages=(src, tgt)",
+                stacklevel=3,
+            )
+        return found[0], found[1]
+
     @staticmethod
-    def _check_batches(name: str, batches: Sequence[Any], allow_empty: bool) -> list[Any]:
+    def _check_batches(name: str, batches: Sequence[Any], allow_empty: bool) -> Sequence[Any]:
         if isinstance(batches, (str, bytes)) or not isinstance(batches, Sequence):
             raise TypeError(f"{name} must be a list of companion.data.Batch, got {type(batches).__name__}")
         if not batches and not allow_empty:
             raise ValueError(f"{name} must hold at least one batch, got an empty list")
+        if isinstance(batches, (list, tuple)) and batches and isinstance(batches[0], str):
+            raise TypeError(
+                f"{name} holds strings: batches are built from token ids. Encode the sentence pairs first: "
+                "make_batches(encode_pairs(pairs, src_tokenizer, tgt_tokenizer), max_tokens)"
+            )
+        if hasattr(batches, "local"):  # batches collated on demand (a token store): check one, keep them lazy
+            batch = batches[0]
+            for attr in ("src", "tgt_in", "tgt_out", "num_tgt_tokens"):
+                if not hasattr(batch, attr):
+                    raise TypeError(f"{name}[0] must be a companion.data.Batch (no attribute {attr!r})")
+            return batches
         for i, batch in enumerate(batches):
             for attr in ("src", "tgt_in", "tgt_out", "num_tgt_tokens"):
                 if not hasattr(batch, attr):
@@ -533,7 +573,12 @@ class Trainer:
     def _next_batch(self) -> Any:
         if getattr(self, "_order_epoch", None) != self.state.epoch:
             self._order, self._order_epoch = self._epoch_order(self.state.epoch), self.state.epoch
-        batch = self.train_batches[self._order[self.state.batch_index]]
+        index = self._order[self.state.batch_index]
+        if self.world_size > 1 and hasattr(self.train_batches, "local"):
+            counts = cast(Any, self.train_batches).token_counts(index)
+            batch: Any = _Share(index, *counts)  # read when its share is
+        else:
+            batch = self.train_batches[index]
         self.state.batch_index += 1
         if self.state.batch_index >= len(self.train_batches):
             self.state.epoch += 1
@@ -544,6 +589,8 @@ class Trainer:
         """This rank's rows of a global batch (padding columns trimmed) and its weight (0 for a dummy)."""
         if self.world_size == 1:
             return batch, 1.0
+        if isinstance(batch, _Share):  # only this rank's rows are read from the store
+            return self.train_batches.local(batch.index, self.rank, self.world_size)  # type: ignore[attr-defined]
         rows = torch.tensor_split(torch.arange(len(batch.src)), self.world_size)[self.rank]
         weight = 1.0
         if len(rows) == 0:  # fewer rows than ranks: run one row with zero weight to join the all-reduce
@@ -862,6 +909,16 @@ class Trainer:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class _Share:
+    """A batch of ``train_batches`` not read yet: its index and the global token counts (the loss is normalised
+    by them); each rank reads its rows with ``train_batches.local``."""
+
+    index: int
+    num_src_tokens: int
+    num_tgt_tokens: int
 
 
 @dataclass

@@ -114,6 +114,11 @@ def make_batches(
     for i, pair in enumerate(pairs):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
             raise TypeError(f"pairs[{i}] must be a (src_ids, tgt_ids) pair, got {type(pair).__name__}")
+        if isinstance(pair[0], str) or isinstance(pair[1], str):
+            raise TypeError(
+                f"pairs[{i}] holds text ({pair[0]!r:.40}, ...): make_batches takes token ids. Encode the sentence "
+                "pairs first: make_batches(encode_pairs(pairs, src_tokenizer, tgt_tokenizer), max_tokens)"
+            )
     rng = random.Random(seed)
     order = list(range(len(pairs)))
     if shuffle:
