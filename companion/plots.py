@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._extras import import_optional
 from ._validation import check_id_list, check_number, check_positive_int
 from .data import SPECIAL_TOKENS, Tokenizer
 
@@ -85,7 +86,7 @@ def plot_attention_heads(
 
     All panels share one colour scale from 0 to ``vmax`` and one colour bar, so heads can be compared.
     """
-    import matplotlib.pyplot as plt
+    plt = import_optional("matplotlib.pyplot", "plotting")
 
     array = _as_heads_array(weights)
     heads, q_len, k_len = array.shape
@@ -155,23 +156,26 @@ def read_metrics(path: str | os.PathLike) -> dict[str, list[dict[str, Any]]]:
     return groups
 
 
-def plot_learning_curves(
-    runs: Mapping[str, str | os.PathLike | Mapping[str, list[dict[str, Any]]]], *, metric: str = "nll", ax=None
-):
+def plot_learning_curves(runs: Mapping[str, Any] | str | os.PathLike, *, metric: str = "nll", ax=None):
     """Training and validation curves of one or more runs on one axis; returns the matplotlib ``Axes``.
 
     Args:
-        runs: label -> a ``metrics.jsonl`` path or the dict :func:`read_metrics` returns.
+        runs: label -> a ``metrics.jsonl`` path or the dict :func:`read_metrics` returns; or one run alone: what
+            :func:`read_metrics` returns, or a ``metrics.jsonl`` path (labelled ``run``).
         metric: ``"nll"`` (per-token negative log-likelihood, nats), ``"loss"`` (the smoothed training
             loss) or ``"ppl"`` (perplexity, drawn on a log scale).
         ax: the axes to draw on (a new figure if None).
 
     Training records are drawn as lines, validation records (``valid_<metric>``) as markers of the same colour.
     """
-    import matplotlib.pyplot as plt
+    plt = import_optional("matplotlib.pyplot", "plotting")
 
     if metric not in ("nll", "loss", "ppl"):
         raise ValueError(f"metric must be 'nll', 'loss' or 'ppl', got {metric!r}")
+    if isinstance(runs, (str, os.PathLike)) or (
+        isinstance(runs, Mapping) and runs and all(isinstance(v, list) for v in runs.values())
+    ):
+        runs = {"run": runs}  # one run: its path, or read_metrics' groups (kind -> records)
     if not isinstance(runs, Mapping) or not runs:
         raise ValueError(f"runs must be a non-empty mapping label -> metrics, got {runs!r}")
     if ax is None:
