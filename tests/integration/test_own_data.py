@@ -1,0 +1,300 @@
+"""Train on your own data (issue 22), through the command line: corpora generated here in language pairs that are
+not en/de and scripts beyond Latin (fr->en and ru->el with the word tokenizer, zh->en with a shared BPE), given as
+explicit files, a folder of {split}.{lang} files, a TSV, local JSON and a dataset saved with save_to_disk; and
+the errors of bad input (exit code 2, nothing half-written in --out)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from companion.checkpoint import load_checkpoint
+from companion.cli import main
+
+# A tiny lexicon: word i of every language translates word i of the others, so a model can learn the pairs.
+LEXICON = {
+    "en": "man woman dog cat house tree car river red big small runs sees eats the a and near old new".split(),
+    "fr": "homme femme chien chat maison arbre voiture rivière rouge grand petit court voit mange le un et près "
+    "vieux nouveau".split(),
+    "ru": "мужчина женщина собака кошка дом дерево машина река красный большой маленький бежит видит ест этот "
+    "один и около старый новый".split(),
+    "el": "άντρας γυναίκα σκύλος γάτα σπίτι δέντρο αυτοκίνητο ποτάμι κόκκινο μεγάλο μικρό τρέχει βλέπει τρώει ο "
+    "ένας και κοντά παλιό νέο".split(),
+    "zh": "男人 女人 狗 猫 房子 树 汽车 河 红 大 小 跑 看见 吃 这 一 和 附近 老 新".split(),
+}
+# The tiny preset, a few steps, one thread: each run takes seconds.
+FAST = ["--preset", "tiny", "--max-tokens", "300", "--device", "cpu", "--no-progress", "--threads", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def sentence(language: str, words: list[int]) -> str:
+    tokens = [LEXICON[language][i] for i in words]
+    return "".join(tokens) + "。" if language == "zh" else " ".join(tokens) + " ."
+
+
+def make_pairs(src: str, tgt: str, count: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        words = [rng.randrange(len(LEXICON["en"])) for _ in range(rng.randint(3, 7))]
+        pairs.append((sentence(src, words), sentence(tgt, words)))
+    return pairs
+
+
+def write_side_files(folder: Path, stem: str, src: str, tgt: str, pairs) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = folder / f"{stem}.{src}", folder / f"{stem}.{tgt}"
+    for path, side in zip(paths, (0, 1)):
+        path.write_text("".join(pair[side] + "\n" for pair in pairs), encoding="utf-8")
+    return paths
+
+
+def run_files(out: Path) -> list[str]:
+    return sorted(p.name for p in out.rglob("*")) if out.exists() else []
+
+
+def train(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["train", *FAST, *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def evaluate(capsys, *args: str) -> dict:
+    assert main(["evaluate", "--beam-size", "1", "--device", "cpu", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_fr_en_files_train_translate_evaluate_resume(tmp_path, capsys, monkeypatch):
+    data, out, cache = tmp_path / "data", tmp_path / "run", tmp_path / "cache"
+    train_files = write_side_files(data, "train", "fr", "en", make_pairs("fr", "en", 300, 0))
+    valid_files = write_side_files(data, "valid", "fr", "en", make_pairs("fr", "en", 30, 1))
+    test_files = write_side_files(data, "test", "fr", "en", make_pairs("fr", "en", 20, 2))
+    code, stdout, _ = train(
+        capsys, "--src", "fr", "--tgt", "en", "--train", *map(str, train_files), "--valid", *map(str, valid_files),
+        "--test", *map(str, test_files), "--max-steps", "4", "--save-every", "2", "--cache-dir", str(cache),
+        "--workers", "1", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0
+    assert "fr -> en" in stdout  # the start line names the real direction
+    record = json.loads((out / "run.json").read_text())
+    assert record["args"]["train_files"] == [str(p.resolve()) for p in train_files]
+    assert set(record["data"]) == {"train", "valid"} and record["data"]["train"]["pairs"] == 300
+    checkpoint = load_checkpoint(out / "checkpoints" / "step_00000004.pt")
+    assert (checkpoint["run_info"]["src"], checkpoint["run_info"]["tgt"]) == ("fr", "en")
+    assert checkpoint["tokenizers"]["src"]["language"] == "fr"
+    assert len(list(cache.glob("train-*"))) == 1 and len(list(cache.glob("valid-*"))) == 1
+
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("homme voit chien .\n\nle chat .\n"))
+    assert main(["translate", "--checkpoint", str(out), "--beam-size", "1", "--device", "cpu"]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == 4  # three lines and the final newline
+
+    split = evaluate(capsys, "--checkpoint", str(out), "--split", "test")
+    assert split["direction"] == "fr->en" and split["split"] == "test" and split["sentences"] == 20
+    assert "tok:13a" in split["bleu_signature"] and "pretok:spacy-en" in split["tokenized_bleu_signature"]
+    files = evaluate(capsys, "--checkpoint", str(out), "--src-file", str(valid_files[0]), "--ref-file",
+                     str(valid_files[1]))  # fmt: skip
+    assert files["sentences"] == 30 and files["direction"] == "fr->en"
+
+    code, stdout, _ = train(capsys, "--resume", "--out", str(out), "--max-steps", "6")
+    assert code == 0 and "resumed at step 4" in stdout
+    assert load_checkpoint(out / "checkpoints" / "step_00000006.pt")["run_info"]["src"] == "fr"
+    assert len(list(cache.glob("train-*"))) == 1  # the resumed run read the same store
+
+    train_files[0].write_text(train_files[0].read_text(encoding="utf-8") + "chat .\n", encoding="utf-8")
+    train_files[1].write_text(train_files[1].read_text(encoding="utf-8") + "cat .\n", encoding="utf-8")
+    code, _, stderr = train(capsys, "--resume", "--out", str(out), "--max-steps", "8")
+    assert code == 2 and "not the data this run was trained on" in stderr
+
+
+@pytest.mark.slow
+def test_ru_el_folder_without_test_split(tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "run"
+    write_side_files(data, "train", "ru", "el", make_pairs("ru", "el", 300, 0))
+    dev = write_side_files(data, "dev", "ru", "el", make_pairs("ru", "el", 20, 1))
+    code, stdout, _ = train(
+        capsys, "--src", "ru", "--tgt", "el", "--data-dir", str(data), "--valid-split", "dev", "--max-steps", "3",
+        "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+    )  # fmt: skip
+    assert code == 0 and "ru -> el" in stdout
+    assert set(json.loads((out / "run.json").read_text())["data"]) == {"train", "valid"}
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "test", "--device", "cpu"]) == 2
+    assert "test_2016_flickr.ru" in capsys.readouterr().err  # the folder has no test split: named, not guessed
+    result = evaluate(capsys, "--checkpoint", str(out), "--src-file", str(dev[0]), "--ref-file", str(dev[1]))
+    assert result["direction"] == "ru->el" and result["sentences"] == 20
+
+
+@pytest.mark.slow
+def test_zh_en_bpe_from_a_tsv(tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "run"
+    data.mkdir()
+    for name, count, seed in (("train", 300, 0), ("test", 20, 2)):
+        pairs = make_pairs("zh", "en", count, seed)
+        (data / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    code, stdout, _ = train(
+        capsys, "--src", "zh", "--tgt", "en", "--tokenizer", "bpe", "--vocab-size", "120", "--train",
+        str(data / "train.tsv"), "--test", str(data / "test.tsv"), "--max-steps", "3",
+        "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+    )  # fmt: skip
+    assert code == 0 and "zh -> en" in stdout
+    checkpoint = load_checkpoint(out / "checkpoints" / "step_00000003.pt")
+    assert (checkpoint["run_info"]["src"], checkpoint["run_info"]["tgt"]) == ("zh", "en")
+    result = evaluate(capsys, "--checkpoint", str(out), "--split", "test")
+    assert result["direction"] == "zh->en" and result["sentences"] == 20
+
+
+@pytest.mark.slow
+def test_datasets_path_offline_json_lines(tmp_path, capsys):
+    pytest.importorskip("datasets")
+    lines = tmp_path / "train.jsonl"
+    pairs = make_pairs("fr", "en", 200, 0)
+    lines.write_text("".join(json.dumps({"translation": {"fr": s, "en": t}}) + "\n" for s, t in pairs), "utf-8")
+    code, stdout, _ = train(
+        capsys, "--src", "fr", "--tgt", "en", "--train", str(lines), "--max-steps", "2",
+        "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert code == 0 and "fr -> en" in stdout
+
+
+# -- bad input: clear errors, exit code 2, nothing half-written --------------------------------------------
+
+
+def test_mismatched_line_counts_name_the_files_and_the_line(tmp_path, capsys):
+    src, tgt = write_side_files(tmp_path / "data", "train", "fr", "en", make_pairs("fr", "en", 10, 0))
+    tgt.write_text("".join(tgt.read_text(encoding="utf-8").splitlines(keepends=True)[:7]), encoding="utf-8")
+    out = tmp_path / "run"
+    code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
+                            "--cache-dir", str(tmp_path / "cache"), "--out", str(out))  # fmt: skip
+    assert code == 2
+    assert str(src) in stderr and str(tgt) in stderr and "line 8" in stderr
+    assert not (out / "run.json").exists() and not list(out.glob("checkpoints/*.pt"))
+
+
+def test_empty_corpus_is_an_error(tmp_path, capsys):
+    src, tgt = write_side_files(tmp_path / "data", "train", "fr", "en", [])
+    code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
+                            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"))  # fmt: skip
+    assert code == 2 and "no sentence pair" in stderr
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_language_spacy_does_not_know(tmp_path, capsys):
+    src, tgt = write_side_files(tmp_path / "data", "train", "qq", "en", make_pairs("fr", "en", 5, 0))
+    code, _, stderr = train(capsys, "--src", "qq", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
+                            "--out", str(tmp_path / "run"))  # fmt: skip
+    assert code == 2 and "--src" in stderr and "'qq'" in stderr and "--tokenizer bpe" in stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--src", "fr", "--tgt", "en"], "Multi30k (the default data) has only en and de"),
+        (["--src", "fr!", "--tgt", "en"], "must be a language code"),
+        (["--src", "fr", "--tgt", "en", "--train", "a.txt"], "SRC_FILE TGT_FILE"),
+        (["--src", "fr", "--tgt", "en", "--valid", "a", "b"], "need --train files"),
+        (["--test-split", "x"], "--data-dir or --hf-dataset"),
+    ],
+)
+def test_bad_source_flags(tmp_path, capsys, args, message):
+    code, _, stderr = train(capsys, *args, "--max-steps", "1", "--out", str(tmp_path / "run"))
+    assert code == 2 and message in stderr
+
+
+def test_dataset_without_the_requested_languages(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    rows = [{"translation": {"de": s, "en": t}} for s, t in make_pairs("fr", "en", 20, 0)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(folder))
+    code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--hf-dataset", str(folder), "--max-steps", "1",
+                            "--out", str(tmp_path / "run"))  # fmt: skip
+    assert code == 2 and "'fr'" in stderr and "['de', 'en']" in stderr
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_evaluate_refuses_a_checkpoint_without_languages(tmp_path, capsys):
+    from companion import Transformer, TransformerConfig
+    from companion.checkpoint import save_checkpoint
+    from companion.data import SubwordTokenizer
+
+    tok = SubwordTokenizer.train(["un chat .", "a cat ."] * 5, vocab_size=40)
+    config = TransformerConfig(tok.vocab_size, tok.vocab_size, d_model=16, num_heads=2, num_encoder_layers=1,
+                               num_decoder_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    path = save_checkpoint(tmp_path / "bpe.pt", model=Transformer(config), step=1, tokenizers={"src": tok, "tgt": tok})
+    src, ref = write_side_files(tmp_path / "data", "test", "fr", "en", [("un chat .", "a cat .")])
+    code = main(["evaluate", "--checkpoint", str(path), "--src-file", str(src), "--ref-file", str(ref)])
+    assert code == 2 and "does not record its source and target language" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_cache_of_other_data_or_another_tokenizer_is_never_reused(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    src, tgt = write_side_files(tmp_path / "data", "train", "fr", "en", make_pairs("fr", "en", 100, 0))
+    common = [
+        "--src",
+        "fr",
+        "--tgt",
+        "en",
+        "--train",
+        str(src),
+        str(tgt),
+        "--max-steps",
+        "1",
+        "--cache-dir",
+        str(cache),
+    ]
+
+    def stores() -> dict[str, dict]:
+        return {p.name: json.loads((p / "meta.json").read_text()) for p in cache.glob("train-*")}
+
+    assert train(capsys, *common, "--out", str(tmp_path / "a"))[0] == 0
+    first = stores()
+    assert train(capsys, *common, "--min-freq", "1", "--out", str(tmp_path / "b"))[0] == 0  # another vocabulary
+    second = stores()
+    assert len(second) == 2 and set(first) < set(second)
+    src.write_text(src.read_text(encoding="utf-8").replace("chat", "chatte"), encoding="utf-8")  # other data
+    assert train(capsys, *common, "--out", str(tmp_path / "c"))[0] == 0
+    third = stores()
+    assert len(third) == 3
+    new = next(meta for name, meta in third.items() if name not in second)
+    assert new["data"]["src_file"]["sha256"] != first[next(iter(first))]["data"]["src_file"]["sha256"]
+
+
+@pytest.mark.slow
+def test_the_wmt14_recipe_on_a_tiny_dataset_saved_to_disk(tmp_path):
+    """bench/recipes/wmt14_base.sh, the same command with tiny overrides, on a dataset in the wmt14 layout (a
+    'translation' column, train/validation/test) saved with save_to_disk: the --hf-dataset path, offline."""
+    import os
+    import subprocess
+    import sys
+
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "wmt14-tiny"
+    splits = {name: [{"translation": {"de": t, "en": s}} for s, t in make_pairs("en", "fr", n, seed)]
+              for name, n, seed in (("train", 200, 0), ("validation", 20, 1), ("test", 10, 2))}  # fmt: skip
+    datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in splits.items()}).save_to_disk(str(folder))
+    recipe = Path(__file__).resolve().parents[2] / "bench" / "recipes" / "wmt14_base.sh"
+    env = {**os.environ, "OUT": str(tmp_path / "run"), "NPROC": "1", "DATASET": str(folder), "CONFIG": "",
+           "PYTHON": sys.executable, "EVAL_FLAGS": "--beam-size 1 --device cpu", "OMP_NUM_THREADS": "1",
+           "COMPANION_CACHE_DIR": str(tmp_path / "cache"), "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    tiny = ["--preset", "tiny", "--vocab-size", "100", "--max-tokens", "300", "--max-steps", "4", "--warmup", "2",
+            "--save-every", "1", "--device", "cpu", "--no-progress"]  # fmt: skip
+    result = subprocess.run(["bash", str(recipe), *tiny], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    scores = json.loads((tmp_path / "run" / "newstest2014.json").read_text())
+    assert scores["direction"] == "en->de" and scores["sentences"] == 10 and scores["beam_size"] == 1
+    assert "tok:13a" in scores["bleu_signature"] and scores["tokenized_bleu_signature"].endswith("spacy-de")
+    averaged = load_checkpoint(tmp_path / "run" / "averaged.pt")
+    assert len(averaged["averaged_from"]) == 4  # the last 5 (here the 4 written) checkpoints averaged
+    args = averaged["run_info"]["args"]
+    assert (args["tokenizer"], args["warmup"], args["keep_last"]) == ("bpe", 2, 5)
