@@ -30,7 +30,7 @@ _CHECKPOINT_LEFTOVERS = ".step_*.pt.*.tmp"
 @dataclass
 class RunFolder:
     """A prepared output folder: its path, the checkpoint to resume from (None: a fresh run) and the lock that
-    this process holds on it (None on the other processes of a ``torchrun`` job). :meth:`release` drops the lock."""
+    this process holds on it (None on the other processes of a ``torchrun`` job). ``release()`` drops the lock."""
 
     path: Path
     resume_from: Path | None
@@ -53,7 +53,7 @@ def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_ma
     Refuses (:class:`~companion.errors.RunError`) to write into a folder that holds a run unless ``resume``
     (continue it: its latest checkpoint is returned) or ``overwrite`` (the run's own files, ``RUN_ARTIFACTS``, are
     deleted by the main process; other files stay). The main process (``is_main``) holds the folder's lock until
-    :meth:`RunFolder.release`; a second run into the same folder gets :class:`~companion.errors.RunLockedError`.
+    ``RunFolder.release()``; a second run into the same folder gets :class:`~companion.errors.RunLockedError`.
     """
     out = Path(out)
     _check_request(out, resume, overwrite)
