@@ -28,7 +28,7 @@
   "use strict";
 
 
-  /** Source ids (tokens + <eos>), truncated like companion.decode._encode_sources: at most max_len ids. */
+  /** Source ids (tokens + <eos>), truncated like companion.decode.translate (its source encoding): at most max_len ids. */
   function sourceIds(tokenIds, config) {
     const ids = tokenIds.concat([config.eos_id]);
     if (ids.length <= config.max_len) return { ids, truncated: false, fullLength: ids.length };
@@ -78,7 +78,7 @@
     }
   }
 
-  /** The finished hypotheses of one sentence (companion.decode._Hypotheses). */
+  /** The finished hypotheses of one sentence (the Finished lists of companion.decode.BeamState). */
   class FinishedHypotheses {
     constructor(beamSize) {
       this.beamSize = beamSize;
@@ -99,7 +99,7 @@
   }
 
   /**
-   * The 2k best one-token extensions, best first (companion.decode._top_candidates): the summed
+   * The 2k best one-token extensions, best first (companion.decode.BeamState.extend): the summed
    * log-probability is a float32 sum, as in torch. Equal scores keep the order of the flat index
    * beam * vocab + token.
    */
@@ -128,7 +128,7 @@
   }
 
   /**
-   * Beam search (companion.decode.beam_search / _beam_search for one sentence): k beams, 2k candidates per
+   * Beam search (companion.decode.beam_search / search_beam for one sentence): k beams, 2k candidates per
    * step; an <eos> among the first k ranks finishes a hypothesis scored log P / lp(step); the k best others
    * go on; stop with k finished hypotheses or at the length limit (the running beams then finish with force);
    * the best finished hypothesis wins. Beams with score -inf (all but one at the first step) are not run: they
