@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import overload
 
 import torch
 
@@ -29,9 +30,33 @@ def _check_translation_options(
     return check_number("alpha", alpha, low=0, high=MAX_ALPHA)
 
 
+@overload
+def translate(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]; the str case comes first
+    model: Transformer,
+    sentences: str,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    beam_size: int = ...,
+    alpha: float = ...,
+    batch_size: int = ...,
+    device: torch.device | str | None = ...,
+) -> str: ...
+@overload
 def translate(
     model: Transformer,
     sentences: Sequence[str],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    beam_size: int = ...,
+    alpha: float = ...,
+    batch_size: int = ...,
+    device: torch.device | str | None = ...,
+) -> list[str]: ...
+def translate(
+    model: Transformer,
+    sentences: str | Sequence[str],
     src_tokenizer: Tokenizer,
     tgt_tokenizer: Tokenizer,
     *,
@@ -39,8 +64,11 @@ def translate(
     alpha: float = 0.6,
     batch_size: int = 64,
     device: torch.device | str | None = None,
-) -> list[str]:
+) -> str | list[str]:
     """Translate ``sentences`` (plain text) and return detokenized translations in the same order.
+
+    A single string is one sentence, and its translation comes back as one string (as from
+    :meth:`companion.pretrained.PretrainedModel.translate`); a list of strings gives a list.
 
     Sentences are sorted by length into batches of ``batch_size`` to limit padding. ``beam_size=1`` is
     greedy search. ``device`` (default: where the model is) receives the model and the batches. A source
@@ -48,7 +76,10 @@ def translate(
     ``<eos>`` alone.
     """
     if isinstance(sentences, str):
-        raise TypeError("sentences must be a list of strings, got a single string")
+        return translate(
+            model, [sentences], src_tokenizer, tgt_tokenizer,
+            beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device,
+        )[0]  # fmt: skip
     if not isinstance(tgt_tokenizer, Tokenizer):
         raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
     bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id

@@ -371,6 +371,12 @@ def test_translate_keeps_order_across_batches(copy_tokenizer):
     assert translate(copy_model(), [], copy_tokenizer, copy_tokenizer) == []
 
 
+def test_a_string_is_one_sentence_and_comes_back_as_one_string(copy_tokenizer):
+    for beam_size in (1, 4):
+        out = translate(copy_model(), "cat dog egg", copy_tokenizer, copy_tokenizer, beam_size=beam_size)
+        assert out == "cat dog egg"  # one translation, not one per character
+
+
 def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
     sentences = ["apple bear", "fox", "cat dog egg fox apple", "bear cat dog"]
     sources = [copy_tokenizer.encode(s) + [EOS_ID] for s in sentences]
@@ -408,8 +414,6 @@ def test_bad_arguments_are_named():
         beam_search(model, src, alpha=-1.0)
     with pytest.raises(ValueError, match="max_extra_len"):
         greedy_decode(model, src, max_extra_len=-1)
-    with pytest.raises(TypeError, match="single string"):
-        translate(model, "one sentence", None, None)  # type: ignore[arg-type]
 
 
 def test_decoding_leaves_the_model_mode_alone():
