@@ -39,12 +39,13 @@ from .beam import (
     search_beam,
 )
 from .greedy import GreedyStepRecord, greedy_decode, search_greedy
-from .limits import MAX_ALPHA, check_search_inputs, length_penalty, max_output_lengths
+from .limits import MAX_ALPHA, MAX_BEAM_SIZE, check_search_inputs, length_penalty, max_output_lengths
 from .steps import CachedStep, DecoderStep, ModelStep, RecomputeStep, model_step
 from .translate import translate, translate_ids
 
 __all__ = [
     "MAX_ALPHA",
+    "MAX_BEAM_SIZE",
     "length_penalty",
     "max_output_lengths",
     "check_search_inputs",

@@ -10,10 +10,17 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 
-from .._validation import check_number, check_positive_int
+from .._validation import check_number
 from ..data import BOS_ID, EOS_ID, pad_sequences
 from ..model import Transformer, eval_mode
-from .limits import MAX_ALPHA, _check_id_lists, check_search_inputs, length_penalty, max_output_lengths
+from .limits import (
+    MAX_ALPHA,
+    _check_id_lists,
+    check_beam_size,
+    check_search_inputs,
+    length_penalty,
+    max_output_lengths,
+)
 from .steps import DecoderStep, model_step
 
 
@@ -245,14 +252,15 @@ def beam_search(
     """Beam search (:func:`search_beam`) for each sentence of ``src [batch, n]`` (right-padded), with the cache.
 
     The best finished hypothesis of each sentence wins, ranked by ``log P / lp(length)`` (``alpha`` in
-    ``[0, MAX_ALPHA]``). With ``beam_size=1`` this is exactly :func:`greedy_decode`. ``on_step`` observes every
+    ``[0, MAX_ALPHA]``; ``beam_size`` in ``[1, MAX_BEAM_SIZE]``). With ``beam_size=1`` this is exactly
+    :func:`greedy_decode`. ``on_step`` observes every
     step (:class:`BeamStepRecord`).
 
     Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
     ``(ids, scores)`` (the flag is a literal at each call site, so the type is known statically).
     """
     src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
-    check_positive_int("beam_size", beam_size)
+    check_beam_size(beam_size)
     alpha = check_number("alpha", alpha, low=0, high=MAX_ALPHA)
     best = _beam(model, src, beam_size, alpha, max_extra_len, bos_id, eos_id, on_step=on_step)
     tokens = [list(hypothesis.tokens) for hypothesis in best]

@@ -1,5 +1,5 @@
-"""The paper's decoding settings and limits (length penalty, output lengths, ``MAX_ALPHA``) and the checks a
-search runs once, at its entry."""
+"""The paper's decoding settings and limits (length penalty, output lengths, ``MAX_ALPHA``, ``MAX_BEAM_SIZE``)
+and the checks a search runs once, at its entry."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from ..model import Transformer
 # [0.6, 1.0]; far above that the penalty ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis
 # (and from alpha ~ 320 it overflows a float).
 MAX_ALPHA = 10.0
+# The widest beam accepted (here, by translate/translate_ids and by the command line's --beam-size): the paper's
+# beam is 4, and beam search holds batch x beam hypotheses with their caches and a score per vocabulary entry, so
+# far wider beams only exhaust memory.
+MAX_BEAM_SIZE = 1000
 _MAX_EXTRA_LEN = 50  # the paper's length limit: input length + 50 (the searches' default)
 
 
@@ -55,3 +59,8 @@ def _check_id_lists(name: str, rows: object, vocab_size: int) -> list[list[int]]
     if isinstance(rows, (str, bytes, torch.Tensor)) or not isinstance(rows, Sequence):
         raise TypeError(f"{name} must be a list of token-id lists (one per sentence), got {type(rows).__name__}")
     return [check_id_list(f"{name}[{i}]", row, vocab_size) for i, row in enumerate(rows)]
+
+
+def check_beam_size(beam_size: object) -> int:
+    """Check ``beam_size``: an integer in ``[1, MAX_BEAM_SIZE]``; returns it. Raises ValueError naming it."""
+    return check_integer("beam_size", beam_size, minimum=1, maximum=MAX_BEAM_SIZE)

@@ -14,7 +14,7 @@ from ..devices import resolve_device
 from ..model import Transformer
 from .beam import _beam
 from .greedy import _greedy
-from .limits import _MAX_EXTRA_LEN, MAX_ALPHA, _check_id_lists
+from .limits import _MAX_EXTRA_LEN, MAX_ALPHA, _check_id_lists, check_beam_size
 
 
 def _check_translation_options(
@@ -24,7 +24,7 @@ def _check_translation_options(
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     check_positive_int("batch_size", batch_size)
-    check_positive_int("beam_size", beam_size)
+    check_beam_size(beam_size)
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         check_integer(f"{name} (a target token id)", value, minimum=0, maximum=model.config.tgt_vocab_size - 1)
     return check_number("alpha", alpha, low=0, high=MAX_ALPHA)

@@ -16,7 +16,7 @@ from .._validation import check_integer, check_number
 from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from ..data import DATA_DIR_ENV
 from ..data.corpus import files_corpus
-from ..decode import MAX_ALPHA, translate
+from ..decode import MAX_ALPHA, MAX_BEAM_SIZE, translate
 from ..devices import resolve_device
 from ..errors import ConfigError, DataError, RunError
 from ..evaluate import evaluate_translation, tokenized_bleu
@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 
-# The widest beam and the largest batch accepted: the paper's beam is 4, and beam search holds batch x beam
-# hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust memory.
-MAX_BEAM_SIZE = 1000
+# The largest batch accepted (the widest beam is the library's, companion.decode.MAX_BEAM_SIZE): beam search holds
+# batch x beam hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust
+# memory.
 MAX_BATCH_SIZE = 10000
 # Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
 CHARACTERS_PER_TOKEN = 64

@@ -13,6 +13,7 @@ from companion.attention import padding_mask
 from companion.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
 from companion.decode import (
     MAX_ALPHA,
+    MAX_BEAM_SIZE,
     BeamStepRecord,
     GreedyStepRecord,
     beam_search,
@@ -390,6 +391,25 @@ def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
         translate_ids(copy_model(), [[4, EOS_ID], []])
     with pytest.raises(ValueError, match="batch_size"):
         translate_ids(copy_model(), sources, batch_size=0)
+
+
+def test_beam_size_is_capped_at_the_command_line_limit(copy_tokenizer):
+    """beam_size=20000 through the API used to be accepted (and exhaust memory); the API caps it as the CLI does,
+    from one constant."""
+    from companion.runs.infer import MAX_BEAM_SIZE as CLI_MAX_BEAM_SIZE
+
+    assert CLI_MAX_BEAM_SIZE is MAX_BEAM_SIZE
+    model = random_model()
+    src = _sources(2, seed=11, vocab=model.config.src_vocab_size)
+    for beam_size in (MAX_BEAM_SIZE + 1, 20000):
+        with pytest.raises(
+            ValueError, match=rf"beam_size must be an integer in \[1, {MAX_BEAM_SIZE}\], got {beam_size}"
+        ):
+            beam_search(model, src, beam_size=beam_size)
+        with pytest.raises(ValueError, match="beam_size"):
+            translate_ids(model, [[5, EOS_ID]], beam_size=beam_size)
+        with pytest.raises(ValueError, match="beam_size"):
+            translate(copy_model(), "cat dog", copy_tokenizer, copy_tokenizer, beam_size=beam_size)
 
 
 def test_translate_handles_empty_and_overlong_input(copy_tokenizer):
