@@ -46,32 +46,25 @@ TRAIN_FLAGS = [
 ]
 
 
-def _run(command: list[str], tmp_path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+def _run(command: list[str], tmp_path, *, show_warnings: bool = False) -> str:
+    """Run ``command`` (one thread per process); returns its stderr."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if not show_warnings:
+        env["PYTHONWARNINGS"] = "ignore"
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}\n{result.stderr[-3000:]}"
+    return result.stderr
+
+
+def _torchrun(processes: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
 
 
 @pytest.mark.slow
 def test_two_gloo_processes_reach_the_weights_of_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, "-m", "companion", *TRAIN_FLAGS, "--threads", "1", "--out", str(one)], tmp_path)
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "companion",
-            *TRAIN_FLAGS,
-            "--out",
-            str(two),
-        ],
-        tmp_path,
-    )
+    _run([*_torchrun(2), "-m", "companion", *TRAIN_FLAGS, "--out", str(two)], tmp_path)
     assert json.loads((two / "run.json").read_text())["world_size"] == 2
     assert json.loads((one / "run.json").read_text())["world_size"] == 1
     single = load_checkpoint(latest_checkpoint(one / "checkpoints"))
@@ -92,6 +85,25 @@ def test_two_gloo_processes_reach_the_weights_of_one_process(tmp_path):
     for index in moments_one:
         torch.testing.assert_close(moments_two[index]["exp_avg"], moments_one[index]["exp_avg"], atol=1e-8, rtol=1e-4)
     assert changed > 10  # the weights did move: the comparison is not between two untouched models
+
+
+@pytest.mark.slow
+def test_resume_with_another_process_count_warns_and_records_it(tmp_path):
+    """2 gloo processes, then --resume in 1: the sums are reduced in another order, so the result cannot be
+    bit-identical to an uninterrupted run; the resume says so and run.json records it (issue 21, item 9)."""
+    out = tmp_path / "run"
+    flags = [flag if flag != "4" else "2" for flag in TRAIN_FLAGS]  # --max-steps 2 first
+    assert flags[flags.index("--max-steps") + 1] == "2"
+    _run([*_torchrun(2), "-m", "companion", *flags, "--out", str(out)], tmp_path)
+    assert json.loads((out / "run.json").read_text())["world_size"] == 2
+    err = _run(
+        [sys.executable, "-m", "companion", *TRAIN_FLAGS, "--out", str(out), "--resume"], tmp_path, show_warnings=True
+    )
+    reason = "2 process(es) before step 2, 1 after"
+    assert f"{reason}: the result will not be bit-identical" in err
+    recorded = json.loads((out / "run.json").read_text())
+    assert recorded["world_size"] == 1 and reason in recorded["inexact_resume"]
+    assert load_checkpoint(latest_checkpoint(out / "checkpoints"))["step"] == 4
 
 
 def test_each_rank_takes_its_share_of_the_rows():
