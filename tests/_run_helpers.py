@@ -1,5 +1,5 @@
-"""What the run-layer tests share: a fast synthetic-task command line, a tiny Multi30k-shaped corpus, a tiny
-word-level checkpoint."""
+"""What the run-layer tests (tests/unit/runs/) and the command-line tests share: a fast synthetic-task command
+line, a tiny Multi30k-shaped corpus, a tiny word-level checkpoint."""
 
 from __future__ import annotations
 

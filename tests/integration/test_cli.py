@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _run_helpers import COPY
 
 from companion import runs
 from companion.checkpoint import list_checkpoints, load_checkpoint
@@ -30,22 +31,6 @@ def multi30k_dir() -> Path | None:
 
 
 DATA = multi30k_dir()
-COPY = [
-    "train",
-    "--task",
-    "copy",
-    "--preset",
-    "tiny",
-    "--num-examples",
-    "300",
-    "--max-tokens",
-    "200",
-    "--no-progress",
-    "--device",
-    "cpu",
-    "--threads",
-    "1",
-]
 
 
 @pytest.fixture(autouse=True)

@@ -7,13 +7,12 @@ over the exported model is compared with Python in Chromium by tests/website/tes
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 
 import pytest
 import torch
+from _node import node
 
 from companion.data import BOS_ID, EOS_ID, PAD_ID
 from companion.decode import MAX_ALPHA, best_hypothesis, search_beam, search_greedy
@@ -34,16 +33,6 @@ CASES = [
     (3, MAX_ALPHA, 9),
 ]
 SEEDS = range(12)
-
-
-def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        reason = "node is not on PATH; the in-page search (web/translator/search.js) needs Node to be tested"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (under CI these tests must run)")
-        pytest.skip(reason)
-    return path
 
 
 def step_table(seed: int) -> torch.Tensor:
@@ -99,7 +88,12 @@ def javascript_results() -> dict[int, list[dict]]:
             }
         )
     completed = subprocess.run(
-        [node(), str(CLI)], input=json.dumps(requests), capture_output=True, text=True, check=False, timeout=120
+        [node("search (web/translator/search.js)"), str(CLI)],
+        input=json.dumps(requests),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
     return dict(zip(SEEDS, json.loads(completed.stdout)))

@@ -9,11 +9,11 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from _node import node
 
 from companion import load_pretrained
 from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, load_multi30k
@@ -61,16 +61,6 @@ FUZZ_PIECES = list("aBäßZ09 .,;:!?'\"„“’‘-–—()[]/\\@#&*+=%€$§�
     *["z.B.", "usw.", "Nr.", "'s", "’s", "http://", "www.", ".de", ":)", "o.ä.", "Hund", "ca.", "--", "..."],
     *["10", "3,5", "e.V.", "U.S.A.", "d.h.", "x-y", "Mio.", "St.", "``", "''", "😀", "中文", "кот", " "],
 ]
-
-
-def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        reason = "node is not on PATH; the in-page tokenizer (web/translator/tokenizer.js) needs Node to be tested"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (under CI these tests must run)")
-        pytest.skip(reason)
-    return path
 
 
 def fuzz_texts(count: int, seed: int) -> list[str]:
@@ -202,7 +192,12 @@ def js(shipped, rules, cases):
         {"rules": rules["de"], "tokenizer": src.to_dict(), "texts": EDGE_CASES, "classic_script": True},
     ]
     completed = subprocess.run(
-        [node(), str(CLI)], input=json.dumps(requests), capture_output=True, text=True, encoding="utf-8", check=False
+        [node("tokenizer (web/translator/tokenizer.js)"), str(CLI)],
+        input=json.dumps(requests),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        check=False,
     )
     assert completed.returncode == 0, f"tokenize_cli.js failed:\n{completed.stderr[-3000:]}"
     german, english, decoded, regexes, classic = json.loads(completed.stdout)
