@@ -15,6 +15,7 @@ The API (each check returns the value it accepted, so ``self.n = check_positive_
 - ``check_tensor(name, value, *, dims=None)``, ``check_last_dim(name, value, size)``,
   ``check_token_ids(name, tokens, vocab_size)`` (a ``[batch, seq]`` tensor; one host sync),
   ``check_id_list(name, ids, vocab_size)`` (one sequence), ``check_bool_mask(name, mask, shape)``.
+- ``check_encoding_options(src_tokenizer, tgt_tokenizer, max_len)``: what encoding text pairs takes.
 
 ``name`` is what the caller wrote: an argument (``"d_model"``), a config field, or a flag (``"--max-steps"``),
 and every message starts with it. The scalar checks take a keyword ``error``, the class they raise for a bad
@@ -42,6 +43,7 @@ __all__ = [
     "check_token_ids",
     "check_id_list",
     "check_bool_mask",
+    "check_encoding_options",
 ]
 
 ErrorClass = type[Exception]
@@ -216,3 +218,20 @@ def check_bool_mask(name: str, mask: object, target_shape: Sequence[int]) -> tor
             f"{target} ([..., q_len, k_len])"
         )
     return mask
+
+
+# --------------------------------------------------------------------------------------------------------
+# Encoding text pairs
+# --------------------------------------------------------------------------------------------------------
+
+
+def check_encoding_options(src_tokenizer: object, tgt_tokenizer: object, max_len: object) -> None:
+    """The checks of encoding text pairs (``encode_pairs``, ``prepare_store``): two companion Tokenizers, and
+    ``max_len`` None or an integer of at least 2 (one token plus ``<eos>``)."""
+    from .data.tokenizers import Tokenizer  # here, not at the top: companion.data imports this module
+
+    for name, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
+        if not isinstance(tok, Tokenizer):
+            raise TypeError(f"{name} must be a companion Tokenizer, got {type(tok).__name__}")
+    if max_len is not None and check_positive_int("max_len", max_len) < 2:
+        raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_encoding_options, check_positive_int
 from .tokenizers import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
 __all__ = ["encode_pairs", "Batch", "make_batches", "pad_sequences"]
@@ -28,13 +28,7 @@ def encode_pairs(
     ``max_len - 1`` ids, so that with the ``<eos>`` (source, target output) or ``<bos>`` (target input) that
     :func:`make_batches` adds every row fits the model. A warning reports how many pairs were cut.
     """
-    for name, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
-        if not isinstance(tok, Tokenizer):
-            raise TypeError(f"{name} must be a companion Tokenizer, got {type(tok).__name__}")
-    if max_len is not None:
-        check_positive_int("max_len", max_len)
-        if max_len < 2:
-            raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")
+    check_encoding_options(src_tokenizer, tgt_tokenizer, max_len)
     pairs = list(pairs)
     for i, pair in enumerate(pairs[:1]):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):

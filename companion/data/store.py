@@ -36,7 +36,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_encoding_options, check_positive_int
 from ..errors import DataError
 from .batching import Batch
 from .corpus import ParallelCorpus
@@ -169,13 +169,7 @@ def prepare_store(
     """
     if not isinstance(corpus, ParallelCorpus):
         raise TypeError(f"corpus must be a companion.data.corpus.ParallelCorpus, got {type(corpus).__name__}")
-    for name, tok in (("src_tokenizer", src_tokenizer), ("tgt_tokenizer", tgt_tokenizer)):
-        if not isinstance(tok, Tokenizer):
-            raise TypeError(f"{name} must be a companion Tokenizer, got {type(tok).__name__}")
-    if max_len is not None:
-        check_positive_int("max_len", max_len)
-        if max_len < 2:
-            raise ValueError(f"max_len must be at least 2 (one token plus <eos>), got {max_len}")
+    check_encoding_options(src_tokenizer, tgt_tokenizer, max_len)
     workers = (os.cpu_count() or 1) if workers is None else check_positive_int("workers", workers)
     check_positive_int("chunk_pairs", chunk_pairs)
     identity = corpus.identity(split)  # raises the corpus's own error for a missing file or an unknown split
