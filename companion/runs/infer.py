@@ -71,6 +71,10 @@ class _InferenceOptions:
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")
 
+    def search_options(self) -> dict[str, Any]:
+        """The search's options as ``translate`` and ``evaluate_translation`` take them (beam, alpha, batch)."""
+        return {"beam_size": self.beam_size, "alpha": self.alpha, "batch_size": self.batch_size}
+
 
 @dataclass
 class TranslateConfig(_InferenceOptions):
@@ -224,9 +228,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
             [_usable_part(lines[i].strip(), i + 1, model.config.max_len) for i in wanted],
             src_tok,
             tgt_tok,
-            beam_size=config.beam_size,
-            alpha=config.alpha,
-            batch_size=config.batch_size,
+            **config.search_options(),
             device=device,
         )
         for i, text in zip(wanted, translations):
@@ -322,9 +324,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         pairs,
         src_tok,
         tgt_tok,
-        beam_size=config.beam_size,
-        alpha=config.alpha,
-        batch_size=config.batch_size,
+        **config.search_options(),
         device=target,
     )
     tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], [t for _, t in pairs], tgt)

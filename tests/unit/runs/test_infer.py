@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import subprocess
 import sys
 
 import pytest
@@ -159,6 +161,42 @@ def test_a_closed_stdin_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", None)  # what Python gives a process started with <&-
     assert main(["translate", "--checkpoint", str(checkpoint), "--device", "cpu"]) == 2
     assert "stdin is closed: pipe the sentences in, or pass --input FILE" in capsys.readouterr().err
+
+
+def _translate_process(checkpoint, lines: int, stdout) -> subprocess.Popen:
+    """``companion translate`` in a process of its own, ``lines`` sentences on its stdin."""
+    command = [sys.executable, "-m", "companion", "translate", "--checkpoint", str(checkpoint), "--beam-size", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [*command, "--device", "cpu"], stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.PIPE, env=env
+    )
+    assert process.stdin is not None
+    process.stdin.write(b"a man rides a bike .\n" * lines)
+    process.stdin.close()
+    return process
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_real_full_disk_and_a_real_closed_pipe_end_translate_without_a_traceback(tmp_path):
+    """What the fakes above stand for, through the operating system: stdout on /dev/full (every write fails with
+    ENOSPC, the last one at the interpreter's exit flush), and a reader that takes one line and closes the pipe
+    (``| head -1``: EPIPE, then SIGPIPE's exit status)."""
+    from companion.cli import EXIT_BROKEN_PIPE
+
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    with open("/dev/full", "wb") as full:
+        process = _translate_process(checkpoint, 3, full)
+        err = process.stderr.read().decode()  # type: ignore[union-attr]
+        assert process.wait(timeout=120) == 2
+    assert "writing the translations to stdout failed (No space left on device)" in err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    process = _translate_process(checkpoint, 4000, subprocess.PIPE)  # more than a pipe's buffer of output
+    assert process.stdout is not None and process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read().decode()  # type: ignore[union-attr]
+    assert process.wait(timeout=120) == EXIT_BROKEN_PIPE
+    assert "Traceback" not in err and "Exception ignored" not in err and "error" not in err
 
 
 def test_a_huge_line_is_cut_before_it_is_tokenized(tmp_path, monkeypatch):
