@@ -156,6 +156,12 @@ def check_last_dim(name: str, value: torch.Tensor, size: int, what: str = "d_mod
         raise ValueError(f"{name} must have last dimension {what}={size}, got shape {tuple(value.shape)}")
 
 
+def _check_has_values(name: str, ids: torch.Tensor) -> None:
+    """Token ids are read, so a tensor on the meta device (a shape without data) cannot be one."""
+    if ids.is_meta:
+        raise ValueError(f"{name} is a tensor on the meta device (a shape without values); token ids need values")
+
+
 def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
     """Check a non-empty ``[batch, seq]`` tensor of integer token ids in ``[0, vocab_size)``.
 
@@ -170,6 +176,7 @@ def check_token_ids(name: str, tokens: object, vocab_size: int) -> torch.Tensor:
         )
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty [batch, seq] tensor, got shape {tuple(tokens.shape)}")
+    _check_has_values(name, tokens)
     extremes = torch.aminmax(tokens)  # one pass, one host sync
     low, high = int(extremes.min), int(extremes.max)
     if low < 0 or high >= vocab_size:
@@ -185,6 +192,7 @@ def check_id_list(name: str, ids: object, vocab_size: int) -> list[int]:
     if isinstance(ids, torch.Tensor):
         if ids.dim() != 1:
             raise ValueError(f"{name} must be one sequence (1-D), got shape {tuple(ids.shape)}")
+        _check_has_values(name, ids)
         ids = ids.tolist()
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TypeError(f"{name} must be a sequence of integer token ids, got {type(ids).__name__}")

@@ -287,6 +287,20 @@ def test_bad_sources_are_named():
         translate_ids(model, [[99, EOS_ID]])
 
 
+def test_token_ids_on_the_meta_device_are_refused_naming_the_argument():
+    """A meta tensor has a shape but no values: it used to end in a RuntimeError from Tensor.item() (the searches)
+    or a NotImplementedError (translate_ids); issue 21, item 24."""
+    model = random_model()
+    src = torch.tensor([[5, 6, EOS_ID]], device="meta")
+    for search in (greedy_decode, beam_search):
+        with pytest.raises(ValueError, match="src is a tensor on the meta device"):
+            search(model, src)
+    with pytest.raises(ValueError, match="src is a tensor on the meta device"):
+        model(src, src)
+    with pytest.raises(ValueError, match=r"sources\[0\] is a tensor on the meta device"):
+        translate_ids(model, [src[0]])
+
+
 # -- a scripted model where greedy search is provably suboptimal ----------------------------------------------
 
 A, B = 4, 5

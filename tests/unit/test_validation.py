@@ -77,6 +77,7 @@ def test_good_values_come_back_with_numbers_as_float():
         ([1, True], TypeError, "ids must be integers, got True of type bool"),
         (torch.zeros(1, 2, dtype=torch.long), ValueError, r"ids must be one sequence \(1-D\)"),
         ("12", TypeError, "ids must be a sequence of integer token ids, got str"),
+        (torch.zeros(2, dtype=torch.long, device="meta"), ValueError, "ids is a tensor on the meta device"),
     ],
 )
 def test_id_lists_are_checked(ids, error, message):
