@@ -3,6 +3,7 @@ offline error, and the shipped model itself."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -75,6 +76,20 @@ def test_download_goes_to_the_cache_and_checks_the_digest(tiny_checkpoint, nowhe
     with pytest.raises(companion.PretrainedUnavailableError, match="SHA-256"):
         pretrained.pretrained_path()
     assert not path.exists() and not list(path.parent.glob(".download-*")), "nothing half-written is left"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_downloaded_file_follows_the_umask(umask, tiny_checkpoint, nowhere, monkeypatch):
+    """The cache file was written with mkstemp's 0600 whatever the umask (issue 21, item 20)."""
+    monkeypatch.setattr(pretrained, "_REPOSITORY_RAW", tiny_checkpoint.parent.as_uri())
+    entry = dict(pretrained.PRETRAINED_MODELS["multi30k-de-en-small"], sha256=pretrained._sha256(tiny_checkpoint))
+    monkeypatch.setitem(pretrained.PRETRAINED_MODELS, "multi30k-de-en-small", entry)
+    before = os.umask(umask)
+    try:
+        path = pretrained.pretrained_path()
+    finally:
+        os.umask(before)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_failed_download_is_a_clear_error(nowhere, monkeypatch, tmp_path):
