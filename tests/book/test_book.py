@@ -59,8 +59,9 @@ def test_colab_cell_as_colab_runs_it_clones_installs_and_enters_book(tmp_path, m
     remote, folder = tmp_path / "remote", tmp_path / "content" / "clone"
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "push", "-q", str(remote), f"{head.stdout.strip()}:refs/heads/{branch}"],
-                   check=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "push", "-q", str(remote), f"{head.stdout.strip()}:refs/heads/{branch}"], check=True
+    )
     code = TransformerManager().transform_cell(colab_cell.cell_source())  # %pip -> get_ipython().run_line_magic
     assert code.count(url) == 1 and content_folder in code
     code = code.replace(url, f"file://{remote}").replace(content_folder, str(folder))
@@ -84,8 +85,10 @@ def test_colab_cell_does_nothing_outside_colab(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     calls = []
     shell = types.SimpleNamespace(run_line_magic=lambda *args: calls.append(args))
-    exec(compile(TransformerManager().transform_cell(colab_cell.cell_source()), "colab_cell", "exec"),
-         {"get_ipython": lambda: shell})
+    exec(
+        compile(TransformerManager().transform_cell(colab_cell.cell_source()), "colab_cell", "exec"),
+        {"get_ipython": lambda: shell},
+    )
     assert calls == [] and pathlib.Path(os.getcwd()) == tmp_path
 
 
@@ -99,11 +102,11 @@ def test_colab_cell_write_updates_md_and_ipynb_after_a_url_change(tmp_path, monk
     monkeypatch.setattr(colab_cell, "repository", lambda: ("https://github.com/someone/fork", "dev"))
     assert colab_cell.write() == [copy.name]
     md_first = [c for c in jupytext.read(copy).cells if c.cell_type == "code"][0]
-    ipynb_first = [c for c in nbformat.read(copy.with_suffix(".ipynb"), as_version=4).cells
-                   if c.cell_type == "code"][0]
+    ipynb_first = [c for c in nbformat.read(copy.with_suffix(".ipynb"), as_version=4).cells if c.cell_type == "code"][0]
     assert md_first.source == ipynb_first.source == colab_cell.cell_source()
     assert '"--branch", "dev"' in md_first.source and "/content/fork" in md_first.source
     assert "remove-cell" in md_first.metadata.get("tags", [])
+
     def others(path):  # every cell but the Colab cell
         return [c.source for c in jupytext.read(path).cells if "google.colab" not in c.source]
 
