@@ -6,7 +6,7 @@ Every source is a :class:`ParallelCorpus`: its languages ``src``/``tgt`` (any co
 ``identity(split)``, a JSON-able description of exactly which data that is (file paths, sizes and SHA-256 of
 their bytes; a dataset's fingerprint), which keys the token caches of :mod:`companion.data.store`.
 
-Reading rules (the same as :func:`companion.data.load_multi30k`): files are UTF-8, gzip-compressed if the name
+Reading rules (the same as :func:`companion.data.multi30k.load_multi30k`): files are UTF-8, gzip-compressed if the name
 ends in ``.gz``; a byte-order mark at the start is dropped; lines end at ``\\n`` only (a trailing ``\\r`` is
 dropped); each sentence is stripped and pairs with an empty side are dropped with one warning giving the count.
 Undecodable bytes, corrupt gzip, files that are not line-aligned (the first line where one file has a line and
@@ -173,7 +173,7 @@ def file_identity(path: Path) -> dict[str, Any]:
 class ParallelCorpus:
     """A parallel corpus: languages ``src`` and ``tgt``, named ``splits``, streamed sentence pairs.
 
-    Subclasses implement :meth:`_raw_pairs`, :meth:`_split_identity`, :meth:`describe` and ``splits``.
+    Subclasses implement ``_raw_pairs``, ``_split_identity``, :meth:`describe` and ``splits``.
     """
 
     src: str

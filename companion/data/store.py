@@ -110,7 +110,7 @@ class TokenStore:
         return self._ids[side][int(offsets[index]) : int(offsets[index + 1])]
 
     def pair(self, index: int) -> tuple[list[int], list[int]]:
-        """Pair ``index`` as ``(src_ids, tgt_ids)`` lists, as :func:`~companion.data.encode_pairs` gives it."""
+        """Pair ``index`` as ``(src_ids, tgt_ids)`` lists, as :func:`~companion.data.batching.encode_pairs` gives it."""
         if not -self.num_pairs <= index < self.num_pairs:
             raise IndexError(f"pair index {index} out of range for a store of {self.num_pairs} pairs")
         index %= self.num_pairs
@@ -163,7 +163,7 @@ def prepare_store(
     ``max_len`` before, else built (tokenization in ``workers`` processes; default: the CPU count; 1 tokenizes
     in this process; each worker task is ``chunk_pairs`` pairs, and a corpus of one chunk is tokenized here).
 
-    The ids are those of :func:`~companion.data.encode_pairs` with the same ``max_len`` (each side truncated to
+    The ids are those of :func:`~companion.data.batching.encode_pairs` with the same ``max_len`` (each side truncated to
     ``max_len - 1`` ids, with one warning giving the count). The store lives in
     ``cache_dir/{split}-{digest}`` (default :func:`default_cache_dir`).
     """
