@@ -14,6 +14,7 @@ process (reading, tokenizer training, writing, batch plan), ``largest_worker`` t
 2. a shared BPE tokenizer trained on both sides, streamed from the files;
 3. ``prepare_store``: tokenization in ``--workers`` processes into memory-mapped id arrays;
 4. ``StoredBatches`` (the batch plan: shuffle, length sort, token-count cuts) and collating the first batches.
+5. training starts: two optimizer steps of the ``small`` model on lazy batches of ``--train-max-tokens`` from the store.
 
 Generated corpora are kept in ``--work-dir`` (reused by later runs); the token stores are deleted after each size.
 """
@@ -83,6 +84,23 @@ def peak_rss_mib() -> dict[str, float]:
     return {"self": round(own, 1), "largest_worker": round(child, 1)}
 
 
+def start_training(store, tokenizer, max_tokens: int) -> dict:
+    """Two optimizer steps of the ``small`` model on lazy batches of ``max_tokens`` read from ``store``: training
+    starts from the store as ``companion train`` does (the vocabulary, not the width, sets the logits' memory)."""
+    import torch
+
+    from companion import Transformer, TransformerConfig
+    from companion.data import StoredBatches
+    from companion.train import TrainConfig, Trainer
+
+    torch.manual_seed(0)
+    batches = StoredBatches(store, max_tokens, seed=0)
+    model = Transformer(TransformerConfig.from_preset("small", tokenizer.vocab_size, tokenizer.vocab_size))
+    config = TrainConfig(max_steps=2, warmup=10, device="cpu", progress=False, log_every=1)
+    summary = Trainer(model, config, batches, languages=("xx", "yy")).train()
+    return {"preset": "small", "max_tokens": max_tokens, "steps": summary["steps"], "last_loss": summary["last_loss"]}
+
+
 def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
     """Prepare a corpus of ``num_pairs`` pairs in this process; the timings and peak memory."""
     from companion.data import StoredBatches, SubwordTokenizer, files_corpus, prepare_store
@@ -114,6 +132,9 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
     first = [batches[k] for k in range(min(8, len(batches)))]
     shares = [batches.local(k, rank, 2) for k in range(min(8, len(batches))) for rank in range(2)]
     seconds["first_8_batches_and_rank_shares"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    training = start_training(store, tokenizer, args.train_max_tokens)
+    seconds["first_2_training_steps"] = time.perf_counter() - mark
     total = time.perf_counter() - start
     memory = peak_rss_mib()
     store_bytes = sum(p.stat().st_size for p in store.path.iterdir())
@@ -129,6 +150,7 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
         "tokens": {side: store.meta["sides"][side]["tokens"] for side in ("src", "tgt")},
         "store_bytes": store_bytes,
         "batches": len(batches),
+        "training_start": training,
         "first_batch_rows": [len(b) for b in first],
         "rank_share_rows": [len(share) for share, _ in shares[:4]],
         "seconds": {k: round(v, 2) for k, v in seconds.items()} | {"total": round(total, 2)},
@@ -159,6 +181,9 @@ def main() -> None:
         "--append", action="store_true", help="keep the runs already in --output (a size measured again is replaced)"
     )
     parser.add_argument("--chunk-pairs", type=int, default=20_000, help="pairs per tokenization task")
+    parser.add_argument(
+        "--train-max-tokens", type=int, default=4000, help="tokens per batch of the two training steps at the end"
+    )
     parser.add_argument("--work-dir", type=pathlib.Path, default=pathlib.Path("/tmp/companion_data_scale"))
     parser.add_argument("--output", type=pathlib.Path, default=RESULTS / "data_scale_cpu.json")
     parser.add_argument("--smoke", action="store_true", help="one tiny corpus (2,000 pairs, vocabulary 300)")
