@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import companion.train as train
+import companion.train.schedule as train
 from companion._validation import (
     check_bool,
     check_choice,

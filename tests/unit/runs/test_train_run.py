@@ -114,7 +114,7 @@ def test_a_full_disk_on_metrics_jsonl_is_a_clear_error(tmp_path, monkeypatch, ca
     import builtins
     import errno
 
-    import companion.train
+    import companion.train.trainer
 
     real_open = builtins.open
 
@@ -123,7 +123,7 @@ def test_a_full_disk_on_metrics_jsonl_is_a_clear_error(tmp_path, monkeypatch, ca
             raise OSError(errno.ENOSPC, "No space left on device", str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(companion.train, "open", full_for_metrics, raising=False)
+    monkeypatch.setattr(companion.train.trainer, "open", full_for_metrics, raising=False)
     out = tmp_path / "run"
     assert main([*COPY, "--max-steps", "2", "--log-every", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err

@@ -1,21 +1,7 @@
-"""The paper's training protocol (Vaswani et al., 2017, section 5): optimizer, schedule, loss, training loop.
+"""``Trainer``: the training loop (accumulation, DDP, evaluation, checkpoints with exact resume).
 
-* Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (section 5.3);
-* the learning rate ``d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)`` ("Noam" schedule, eq. 3),
-  warmup 4000 steps by default, optionally scaled by a ``factor``;
-* label smoothing eps_ls = 0.1 (section 5.4) with padding positions ignored;
-* batches by token count (built by :func:`companion.data.batching.make_batches`), with gradient accumulation to
-  reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
-
-On top of the paper: bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
-progress bar, a JSON-lines metrics log, atomic checkpoints (:mod:`companion.checkpoint`) with exact resume, and
-several processes through ``torchrun`` + :class:`~torch.nn.parallel.DistributedDataParallel`.
-
-Distributed training: launch with ``torchrun --nproc_per_node N ...``. Every rank sees the same list of
-(global) batches; each rank takes its contiguous share of the rows of every batch, and the loss of every rank
-is normalised by the *global* number of target tokens of the optimizer step, so that DDP's gradient averaging
-yields exactly the gradient one process would compute on the whole batch.
-"""
+One class whose parts share its state (model, optimizer, schedule, counters, the process group), which is why this
+module is longer than the others."""
 
 from __future__ import annotations
 
@@ -33,307 +19,24 @@ from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
-from ._validation import check_integer, check_number, check_positive_int, check_tensor
-from .devices import process_rank, resolve_device, setup_distributed
-
-# DeviceUnavailableError and TrainingDivergedError stay importable from here (their home was this module)
-from .errors import ConfigError, DeviceUnavailableError, TrainingDivergedError  # noqa: F401
-from .options import check_declared, label, option
-from .presets import DEFAULT_SAVE_EVERY_MINUTES
-
-__all__ = [
-    "noam_lr",
-    "NoamSchedule",
-    "label_smoothed_loss",
-    "TrainConfig",
-    "Trainer",
-]
-
-
-# --------------------------------------------------------------------------------------------------------
-# Learning-rate schedule
-# --------------------------------------------------------------------------------------------------------
-def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
-    """The paper's learning rate at optimizer step ``step`` (eq. 3), times ``factor``.
-
-    ``lr = factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)``: linear warmup for ``warmup``
-    steps, then decay proportional to the inverse square root of the step. The peak is at ``step == warmup``,
-    where the two branches meet: ``factor * (d_model * warmup)**-0.5``. Step 0 (before any update) gives 0.
-    """
-    check_integer("step", step, minimum=0)
-    check_positive_int("d_model", d_model)
-    check_positive_int("warmup", warmup)
-    return _noam_lr(step, d_model, warmup, check_number("factor", factor, low=0, low_inclusive=False))
-
-
-def _noam_lr(step: int, d_model: int, warmup: int, factor: float) -> float:
-    """:func:`noam_lr` for arguments already checked (the per-step path of :class:`NoamSchedule`)."""
-    if step == 0:
-        return 0.0
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-class NoamSchedule:
-    """Multiplier for :class:`torch.optim.lr_scheduler.LambdaLR` (with the optimizer's base lr = 1).
-
-    ``LambdaLR`` calls it with the number of scheduler steps taken so far (0 before the first update), so
-    optimizer step ``n`` (1-based) runs with ``noam_lr(n, ...)``. A plain object (not a lambda) so that the
-    scheduler's ``state_dict`` holds its settings.
-    """
-
-    def __init__(self, d_model: int, warmup: int = 4000, factor: float = 1.0) -> None:
-        self.d_model = check_positive_int("d_model", d_model)
-        self.warmup = check_positive_int("warmup", warmup)
-        self.factor = check_number("factor", factor, low=0, low_inclusive=False)
-
-    def __call__(self, completed_steps: int) -> float:
-        return _noam_lr(completed_steps + 1, self.d_model, self.warmup, self.factor)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Loss
-# --------------------------------------------------------------------------------------------------------
-def label_smoothed_loss(
-    logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1, pad_id: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy over the non-padding positions (section 5.4).
-
-    The smoothed target distribution puts ``1 - smoothing`` on the reference token and spreads ``smoothing``
-    uniformly over the whole vocabulary (the definition of ``F.cross_entropy(label_smoothing=...)``), so
-    the loss per position is ``(1 - smoothing) * nll + smoothing * mean_v(-log p_v)``. Positions whose target
-    is ``pad_id`` contribute nothing.
-
-    Args:
-        logits: ``[batch, tgt_len, vocab]`` (or ``[positions, vocab]``) unnormalised scores.
-        target: ``[batch, tgt_len]`` (or ``[positions]``) reference token ids.
-        smoothing: eps_ls in ``[0, 1)``; 0 gives plain cross-entropy.
-        pad_id: target id to ignore.
-
-    Returns:
-        ``(loss_sum, nll_sum, num_tokens)`` as 0-d tensors: the summed smoothed loss (what to minimise), the
-        summed negative log-likelihood of the references (for perplexity), and the number of non-pad
-        positions (long). Divide the sums by ``num_tokens`` for per-token values. Computed in float32.
-    """
-    check_tensor("logits", logits, dims=(2, 3))
-    check_tensor("target", target, dims=(1, 2))
-    if target.dtype.is_floating_point or target.dtype == torch.bool:
-        raise TypeError(f"target must hold integer token ids, got dtype {target.dtype}")
-    if logits.shape[:-1] != target.shape:
-        raise ValueError(
-            f"logits [..., vocab] must match target's shape in front, got logits {tuple(logits.shape)} "
-            f"and target {tuple(target.shape)}"
-        )
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
-        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
-    vocab = logits.shape[-1]
-    if target.numel():
-        extremes = torch.aminmax(target.masked_fill(target == pad_id, 0))  # one pass, one host sync
-        low, high = int(extremes.min), int(extremes.max)
-        if low < 0 or high >= vocab:
-            raise ValueError(
-                f"target holds token id {low if low < 0 else high}, outside the vocabulary [0, {vocab}) of the logits"
-            )
-    log_probs = F.log_softmax(logits.float(), dim=-1)  # [..., vocab]
-    keep = target != pad_id
-    safe_target = target.masked_fill(~keep, 0)
-    nll = -log_probs.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # [...]
-    nll = nll.masked_fill(~keep, 0.0)
-    nll_sum = nll.sum()
-    if smoothing > 0.0:
-        uniform = -log_probs.mean(dim=-1).masked_fill(~keep, 0.0)  # cross-entropy against uniform
-        loss_sum = (1.0 - smoothing) * nll_sum + smoothing * uniform.sum()
-    else:
-        loss_sum = nll_sum
-    return loss_sum, nll_sum, keep.sum()
-
-
-# --------------------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------------------
-# The largest value each float option may take: beyond these a value is a typo, not a setting. lr_factor
-# 100 already gives the small preset a peak learning rate of 0.3 (the paper's is 7e-4 at factor 1), 1e6
-# minutes are almost two years, and a clipping threshold of 1e6 no longer clips anything.
-OPTION_LIMITS: dict[str, float] = {"lr_factor": 100.0, "max_minutes": 1e6, "save_every_minutes": 1e6, "clip_grad": 1e6}
-
-# The largest seed: the per-epoch batch order is drawn from seed * 1_000_003 + epoch, which torch's generators
-# take as an unsigned 64-bit number; 2**32 - 1 leaves room for any number of epochs.
-MAX_SEED = 2**32 - 1
-
-# The help sections of ``companion train`` that TrainConfig's options are listed in.
-LIMITS_GROUP = "limits (training stops at the first one reached; set at least one)"
-_FROM_PRESET = "companion train: from --preset"
-
-
-@dataclass
-class TrainConfig:
-    """Settings of :class:`Trainer`. Defaults follow the paper where it says something.
-
-    Each field that ``companion train`` exposes is declared here, once, with its help text, flag and whether it may
-    change on ``--resume`` (:func:`companion.options.option`); the command line builds its flags from these
-    declarations. ``warmup`` and ``lr_factor`` are filled from the preset by ``companion train``
-    (``companion.presets.PRESETS``); constructed directly, their defaults are the paper's.
-
-    Stopping: at least one of ``max_steps`` (optimizer steps, counted from the very first step of the run),
-    ``max_minutes`` (wall-clock minutes spent in :meth:`Trainer.train`, summed over resumed sessions) and
-    ``max_epochs`` must be set; training stops at whichever comes first. Invalid values (also inf and nan)
-    raise :class:`~companion.errors.ConfigError`, a ValueError, naming the field and its flag.
-
-    Attributes:
-        warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
-        betas, eps: Adam's settings (paper: 0.9, 0.98, 1e-9).
-        label_smoothing: eps_ls (paper: 0.1).
-        accum_steps: batches per optimizer step (gradient accumulation); the loss is normalised by the total
-            number of target tokens of the step, so accumulation equals one larger batch.
-        clip_grad: clip the global gradient norm to this value (None: no clipping, as in the paper).
-        device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
-        bf16: bfloat16 autocast for the forward pass on CUDA (ignored on other devices).
-        compile: wrap the model in ``torch.compile``.
-        seed: seeds dropout (torch's global RNG, plus the rank) and the per-epoch batch order.
-        log_every: write a metrics line (and refresh the progress bar's numbers) every this many steps.
-        eval_every: evaluate on the validation batches every this many steps (None: only at the end).
-        save_every, save_every_minutes: write a checkpoint every this many steps / minutes (a final one is
-            always written when an output folder is set).
-        keep_last: how many of the newest step checkpoints to keep (None: all).
-        progress: show a tqdm progress bar (rank 0 only).
-    """
-
-    # -- limits ----------------------------------------------------------------------------------------
-    max_steps: int | None = option(None, "optimizer steps in total", metavar="N", group=LIMITS_GROUP, resumable=True)
-    max_minutes: float | None = option(
-        None,
-        "wall-clock minutes of training in total (summed over --resume sessions)",
-        metavar="M",
-        group=LIMITS_GROUP,
-        resumable=True,
-    )
-    max_epochs: int | None = option(
-        None, "passes over the training data", metavar="N", group=LIMITS_GROUP, resumable=True
-    )
-    # -- optimisation ----------------------------------------------------------------------------------
-    warmup: int = option(
-        4000,
-        f"warmup steps of the learning-rate schedule (paper: {{default}}; {_FROM_PRESET})",
-        metavar="STEPS",
-        group="optimisation",
-    )
-    lr_factor: float = option(
-        1.0,
-        f"multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step warmup^-1.5) ({_FROM_PRESET})",
-        metavar="F",
-        group="optimisation",
-    )
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    label_smoothing: float = option(
-        0.1, "label smoothing eps_ls (paper: 0.1; default: {default})", metavar="EPS", group="optimisation"
-    )
-    accum_steps: int = option(
-        1, "batches per optimizer step (gradient accumulation; default: {default})", metavar="N", group="optimisation"
-    )
-    clip_grad: float | None = option(
-        None,
-        "clip the gradient norm to NORM (default: no clipping, as in the paper)",
-        metavar="NORM",
-        group="optimisation",
-    )
-    seed: int = option(0, "random seed (default: {default})", metavar="N", group="optimisation")
-    # -- where and how it runs, what it writes ------------------------------------------------------------
-    device: str = option(
-        "auto",
-        "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})",
-        metavar="DEV",
-        group="run",
-        resumable=True,
-    )
-    bf16: bool = option(
-        True,
-        "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)",
-        flag="--no-bf16",
-        group="run",
-        resumable=True,
-    )
-    compile: bool = option(False, "compile the model with torch.compile", group="run", resumable=True)
-    log_every: int = option(
-        20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS", group="run", resumable=True
-    )
-    eval_every: int | None = option(
-        None, "validation loss every STEPS (default: only at the end)", metavar="STEPS", group="run", resumable=True
-    )
-    save_every: int | None = option(
-        None, "write a checkpoint every STEPS", metavar="STEPS", group="run", resumable=True
-    )
-    save_every_minutes: float | None = option(
-        None,
-        f"write a checkpoint every M minutes; a final one is always written (companion train: "
-        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)",
-        metavar="M",
-        group="run",
-        resumable=True,
-    )
-    keep_last: int | None = option(
-        5, "keep only the newest N step checkpoints (default: {default})", metavar="N", group="run", resumable=True
-    )
-    progress: bool = option(True, "hide the progress bar", flag="--no-progress", group="run", resumable=True)
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]  # JSON round trips turn it into a list
-        check_declared(self)
-        for name in ("max_steps", "max_epochs", "eval_every", "save_every", "keep_last"):
-            if getattr(self, name) is not None:
-                check_integer(label(TrainConfig, name), getattr(self, name), minimum=1, error=ConfigError)
-        for name in ("warmup", "accum_steps", "log_every"):
-            check_integer(label(TrainConfig, name), getattr(self, name), minimum=1, error=ConfigError)
-        for name in ("max_minutes", "save_every_minutes", "clip_grad", "lr_factor"):
-            if getattr(self, name) is not None:
-                value = check_number(
-                    label(TrainConfig, name),
-                    getattr(self, name),
-                    low=0,
-                    low_inclusive=False,
-                    high=OPTION_LIMITS[name],
-                    error=ConfigError,
-                )
-                setattr(self, name, value)
-        if self.max_steps is None and self.max_minutes is None and self.max_epochs is None:
-            raise ConfigError(
-                "set a limit: max_steps (--max-steps), max_minutes (--max-minutes) and/or max_epochs "
-                "(--max-epochs), or training never stops"
-            )
-        if len(self.betas) != 2:
-            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        for beta in self.betas:
-            check_number("betas", beta, low=0, high=1, high_inclusive=False, error=ConfigError)
-        check_number("eps", self.eps, low=0, low_inclusive=False, error=ConfigError)
-        self.label_smoothing = check_number(
-            label(TrainConfig, "label_smoothing"),
-            self.label_smoothing,
-            low=0,
-            high=1,
-            high_inclusive=False,
-            error=ConfigError,
-        )
-        check_integer(label(TrainConfig, "seed"), self.seed, minimum=0, maximum=MAX_SEED, error=ConfigError)
-        if not isinstance(self.device, str):
-            raise ConfigError(f"{label(TrainConfig, 'device')} must be a string, got {self.device!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form (JSON-serialisable)."""
-        values = asdict(self)
-        values["betas"] = list(self.betas)
-        return values
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields: {unknown}")
-        return cls(**dict(values))
-
+from ..checkpoint import (
+    CheckpointError,
+    check_compatible,
+    checkpoint_path,
+    latest_valid_checkpoint,
+    load_checkpoint,
+    load_model_weights,
+    prune_checkpoints,
+    save_checkpoint,
+)
+from ..devices import process_rank, resolve_device, setup_distributed
+from ..errors import TrainingDivergedError
+from ..model import Transformer
+from .config import TrainConfig
+from .loss import label_smoothed_loss
+from .schedule import NoamSchedule
 
 _DIVERGED_ADVICE = (
     "Lower the learning rate (--lr-factor), lengthen the warmup (--warmup) or clip gradients (--clip-grad)."
@@ -401,8 +104,6 @@ class Trainer:
         run_info: Mapping[str, Any] | None = None,
         languages: tuple[str | None, str | None] | None = None,
     ) -> None:
-        from .model import Transformer  # local: keeps import order of the package free
-
         if not isinstance(model, Transformer):
             raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
         if not isinstance(config, TrainConfig):
@@ -711,7 +412,6 @@ class Trainer:
         """Names the newest checkpoint that loads and is finite (verified, not just the newest file)."""
         if self.out_dir is None or self.rank != 0:
             return ""
-        from .checkpoint import latest_valid_checkpoint
 
         latest, passed_over = latest_valid_checkpoint(self.out_dir / "checkpoints")
         skipped = f" ({len(passed_over)} newer file(s) do not load and were passed over)" if passed_over else ""
@@ -838,7 +538,6 @@ class Trainer:
         Default path: ``out_dir/checkpoints/step_XXXXXXXX.pt``. With DDP every rank must call it (it ends
         with a barrier).
         """
-        from .checkpoint import checkpoint_path, prune_checkpoints, save_checkpoint
 
         if path is None:
             if self.out_dir is None:
@@ -881,7 +580,6 @@ class Trainer:
         Raises :class:`~companion.errors.CheckpointError` if the checkpoint was written for another model
         configuration or vocabulary, or holds no trainer state (e.g. an averaged checkpoint).
         """
-        from .checkpoint import CheckpointError, check_compatible, load_checkpoint, load_model_weights
 
         ckpt = checkpoint if isinstance(checkpoint, Mapping) else load_checkpoint(checkpoint, map_location=self.device)
         check_compatible(ckpt, model_config=self.model.config, tokenizers=self.tokenizers or None)
