@@ -9,24 +9,16 @@ One module per step, read in this order:
 3. :mod:`companion.data.batching`: ``encode_pairs``, ``make_batches`` into right-padded ``Batch`` tensors of
    about ``max_tokens`` tokens, and ``pad_sequences``.
 4. :mod:`companion.data.synthetic`: copy / reverse / sort tasks that need no data at all.
-5. :mod:`companion.data.corpus`: any parallel corpus (folder, files, TSV, Hugging Face dataset), streamed.
+5. :mod:`companion.data.corpus`: any parallel corpus (folder, files, TSV), streamed; :mod:`companion.data.hub`: the
+   same from a Hugging Face dataset (hub, ``save_to_disk``, local JSON).
 6. :mod:`companion.data.store`: token ids on disk for corpora that do not fit in memory, and ``StoredBatches``.
 
 Every public name is importable from ``companion.data`` directly.
 """
 
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
-from .corpus import (
-    DatasetCorpus,
-    FileCorpus,
-    ParallelCorpus,
-    disk_corpus,
-    files_corpus,
-    folder_corpus,
-    hub_corpus,
-    json_corpus,
-    tsv_corpus,
-)
+from .corpus import FileCorpus, ParallelCorpus, files_corpus, folder_corpus, tsv_corpus
+from .hub import DatasetCorpus, disk_corpus, hub_corpus, json_corpus
 from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, load_multi30k
 from .store import StoredBatches, TokenStore, prepare_store
 from .synthetic import SYNTHETIC_TASKS, synthetic_pairs

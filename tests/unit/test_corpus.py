@@ -13,16 +13,8 @@ from pathlib import Path
 import pytest
 
 from companion.data import SubwordTokenizer, WordTokenizer
-from companion.data.corpus import (
-    DatasetCorpus,
-    disk_corpus,
-    files_corpus,
-    folder_corpus,
-    hub_corpus,
-    json_corpus,
-    read_lines,
-    tsv_corpus,
-)
+from companion.data.corpus import files_corpus, folder_corpus, read_lines, tsv_corpus
+from companion.data.hub import DatasetCorpus, disk_corpus, hub_corpus, json_corpus
 from companion.errors import DataError, DataUnavailableError
 
 PAIRS = {
@@ -240,7 +232,7 @@ def test_hub_corpus_maps_split_names(monkeypatch):
 
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr("companion.data.corpus._reachable", lambda host, port: True)
+    monkeypatch.setattr("companion.data.hub._reachable", lambda host, port: True)
     requested = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: requested.append(a) or _translation_dataset())
     corpus = hub_corpus("wmt14", "de-en", src="de", tgt="en")
@@ -271,7 +263,7 @@ def test_hub_offline_without_a_cached_copy(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     env.update(HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1")
     code = (
-        "from companion.data.corpus import hub_corpus\nfrom companion.errors import DataUnavailableError\n"
+        "from companion.data.hub import hub_corpus\nfrom companion.errors import DataUnavailableError\n"
         "try:\n    hub_corpus('wmt14', 'de-en', src='de', tgt='en')\nexcept DataUnavailableError as e:\n"
         "    print('ERROR', e)\n"
     )

@@ -280,7 +280,7 @@ def test_stored_batches_equal_make_batches_on_multi30k(tmp_path):
 def test_a_dataset_corpus_goes_through_the_store_too(tmp_path, tokenizer):
     import datasets
 
-    from companion.data.corpus import disk_corpus
+    from companion.data.hub import disk_corpus
 
     rows = [{"fr": s, "en": " ".join(reversed(s.split()))} for s in SENTENCES * 4]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
