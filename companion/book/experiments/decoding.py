@@ -53,6 +53,12 @@ __all__ = [
     "length_sorted_batches",
     "score_corpus",
     "kv_cache_bytes",
+    "parent_indices",
+    "replay_beam",
+    "StepRow",
+    "beam_step_rows",
+    "within_sentence_length_offsets",
+    "shorter_wins",
 ]
 
 
@@ -186,6 +192,164 @@ def traced_beam_search_corpus(
         ):
             traces[i] = trace
     return traces, time.perf_counter() - start  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One step of the beam, as a table (for the chapter's step-by-step explorable)
+# ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepRow:
+    """One of the ``2k`` best candidates of a step: ``tokens`` (the whole extended prefix, no ``<bos>``; the last
+    token may be ``<eos>``), its summed log-probability ``log_prob``, ``parent`` (its prefix's rank in the beam
+    before the step, 0 = best) and ``fate``: ``"kept"`` (goes on running), ``"finished"`` (ended with ``<eos>``
+    and was kept as a finished hypothesis) or ``"pruned"`` (dropped: ranked below the beam, or an ``<eos>``
+    candidate outside the first ``k``)."""
+
+    tokens: tuple[int, ...]
+    log_prob: float
+    parent: int
+    fate: str
+
+
+def beam_step_rows(steps: Sequence[BeamStep], step: int, *, eos_id: int = EOS_ID) -> list[StepRow]:
+    """The candidates of step ``step`` (1-based) of one sentence's recorded search (``traced_beam_search(...,
+    record_steps=True)[i].steps``), best first, each with what the search did with it (:class:`StepRow`)."""
+    check_positive_int("step", step)
+    if step > len(steps):
+        raise ValueError(f"step must be at most the number of recorded steps ({len(steps)}), got {step}")
+    record = steps[step - 1]
+    before = [()] if step == 1 else [tokens for tokens, _ in steps[step - 2].alive]
+    rank = {tokens: i for i, tokens in enumerate(before)}
+    kept = {tokens for tokens, _ in record.alive}
+    finished = {hypothesis.tokens for hypothesis in record.finished}
+    rows = []
+    for tokens, log_prob, _ in record.candidates:
+        if tokens in kept:
+            fate = "kept"
+        elif tokens[-1] == eos_id and tokens[:-1] in finished:  # an <eos> candidate kept as a finished hypothesis
+            fate = "finished"
+            finished.discard(tokens[:-1])
+        else:
+            fate = "pruned"
+        rows.append(StepRow(tokens, log_prob, rank.get(tokens[:-1], -1), fate))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cache under beam search: reorder by parent
+# ----------------------------------------------------------------------------------------------------------
+def parent_indices(steps: Sequence[BeamStep]) -> list[list[int]]:
+    """Per recorded step of one sentence, the parent of each surviving hypothesis: the index, in the previous
+    step's ``alive`` list (before step 1: the one empty prefix), of the prefix it extends.
+
+    ``parents[s][i]`` is the row that hypothesis ``i`` of step ``s + 1`` continues, so the key/value cache must be
+    reordered with ``cache.reorder(torch.tensor(parents[s]))`` before the decoder is fed its newest tokens.
+    """
+    previous: list[tuple[int, ...]] = [()]
+    parents = []
+    for record in steps:
+        where = {tokens: i for i, tokens in enumerate(previous)}
+        row = []
+        for tokens, _ in record.alive:
+            if tokens[:-1] not in where:
+                raise ValueError(f"step {record.step}: hypothesis {tokens} extends no hypothesis of the step before")
+            row.append(where[tokens[:-1]])
+        parents.append(row)
+        previous = [tokens for tokens, _ in record.alive]
+    return parents
+
+
+@torch.no_grad()
+def replay_beam(
+    model: Transformer,
+    src: torch.Tensor,
+    steps: Sequence[BeamStep],
+    *,
+    use_cache: bool,
+    reorder: bool = True,
+    bos_id: int = BOS_ID,
+) -> list[torch.Tensor]:
+    """The next-token logits ``[rows, V]`` of every step's surviving hypotheses of one sentence ``src [1, n]``
+    (``steps`` recorded by :func:`traced_beam_search`), computed again in one of three ways:
+
+    * ``use_cache=False``: the decoder over each whole prefix ``[rows, t]`` (the reference);
+    * ``use_cache=True``: one :class:`~companion.model.KVCache` fed only the newest token of each hypothesis;
+      before each step its rows are reordered by :func:`parent_indices` (``cache.reorder``), so that row ``i``
+      holds the keys and values of hypothesis ``i``'s own prefix: the same logits as recomputing;
+    * ``use_cache=True, reorder=False``: the cache is left in place (row ``i`` keeps what former row ``i``
+      held; a changed row count keeps the first rows, and the first step still copies the ``<bos>`` row):
+      the logits go wrong as soon as a hypothesis extends a parent in another row.
+
+    Element ``s`` of the result scores the continuations of ``steps[s].alive``.
+    """
+    src = check_search_inputs(model, src, bos_id=bos_id)
+    if src.shape[0] != 1:
+        raise ValueError(f"src must hold one sentence [1, n], got shape {list(src.shape)}")
+    check_bool("use_cache", use_cache)
+    check_bool("reorder", reorder)
+    parents = parent_indices(steps)
+    out: list[torch.Tensor] = []
+    with eval_mode(model):
+        memory, src_mask = model.encode(src)  # [1, n, d_model], [1, 1, 1, n]
+        cache = model.new_cache()
+        if use_cache:
+            model.decode(torch.full((1, 1), bos_id, device=src.device), memory, src_mask, cache=cache)
+        previous_rows = 1
+        for record, rows_parents in zip(steps, parents):
+            rows = len(record.alive)
+            tokens = torch.tensor([list(t) for t, _ in record.alive], device=src.device)  # [rows, step]
+            mem, mask = memory.expand(rows, -1, -1), src_mask.expand(rows, -1, -1, -1)
+            if not use_cache:
+                prefixes = torch.cat([torch.full((rows, 1), bos_id, device=src.device), tokens], dim=1)
+                out.append(model.decode(prefixes, mem, mask)[:, -1])
+                continue
+            if reorder or previous_rows == 1:
+                index = torch.tensor(rows_parents, device=src.device)
+            else:
+                index = torch.arange(rows, device=src.device).clamp(max=previous_rows - 1)
+            cache.reorder(index)
+            out.append(model.decode(tokens[:, -1:], mem, mask, cache=cache)[:, -1])
+            previous_rows = rows
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The length bias, compared within each sentence
+# ----------------------------------------------------------------------------------------------------------
+def within_sentence_length_offsets(traces: Sequence[BeamTrace]) -> list[tuple[int, float, float]]:
+    """For every finished hypothesis of every sentence whose finished hypotheses have at least two different
+    lengths: ``(sentence, length - the sentence's mean length, log_prob - the sentence's mean log_prob)``.
+
+    Subtracting each sentence's means compares hypotheses only with others *of the same sentence*, so a long
+    source (long and improbable outputs alike) cannot pass for a length effect, as it would when hypotheses of all
+    sentences are pooled.
+    """
+    offsets = []
+    for sentence, trace in enumerate(traces):
+        lengths = [h.length for h in trace.finished]
+        if len(set(lengths)) < 2:
+            continue
+        mean_length = sum(lengths) / len(lengths)
+        mean_log_prob = sum(h.log_prob for h in trace.finished) / len(lengths)
+        offsets += [(sentence, h.length - mean_length, h.log_prob - mean_log_prob) for h in trace.finished]
+    return offsets
+
+
+def shorter_wins(traces: Sequence[BeamTrace], alpha: float) -> tuple[int, int]:
+    """Over every pair of finished hypotheses of one sentence with different lengths: ``(pairs in which the
+    shorter one has the higher score(alpha), all such pairs)``. Ties count as no win."""
+    check_number("alpha", alpha, low=0)
+    wins = pairs = 0
+    for trace in traces:
+        finished = trace.finished
+        for i, a in enumerate(finished):
+            for b in finished[i + 1 :]:
+                if a.length == b.length:
+                    continue
+                short, long = (a, b) if a.length < b.length else (b, a)
+                pairs += 1
+                wins += short.score(alpha) > long.score(alpha)
+    return wins, pairs
 
 
 # ----------------------------------------------------------------------------------------------------------

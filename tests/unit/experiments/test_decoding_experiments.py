@@ -218,3 +218,80 @@ def test_bad_input_is_refused_with_clear_errors():
         D.decode_fixed_steps(model, src, 64, use_cache=True)
     with pytest.raises(ValueError, match="equally long"):
         D.score_corpus(model, [[4, EOS_ID]], [], alpha=0.6)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The cache under beam search, the step table, the within-sentence length bias
+# ----------------------------------------------------------------------------------------------------------
+def _recorded(sentence: int, beam_size: int = 3):
+    model, src = _model(eos_bias=0.0), _sources()
+    one = src[sentence : sentence + 1, : int((src[sentence] != PAD_ID).sum())]
+    return model, one, D.traced_beam_search(model, one, beam_size, record_steps=True)[0]
+
+
+def test_parent_indices_point_at_the_prefix_each_hypothesis_extends():
+    _, _, trace = _recorded(3)
+    parents = D.parent_indices(trace.steps)
+    assert parents[0] == [0] * len(trace.steps[0].alive)
+    for before, record, row in zip(trace.steps, trace.steps[1:], parents[1:]):
+        for (tokens, _), parent in zip(record.alive, row):
+            assert before.alive[parent][0] == tokens[:-1]
+    assert any(row != sorted(row) or len(set(row)) < len(row) for row in parents[1:]), "the beam reorders its rows"
+
+
+def test_parent_indices_refuse_a_broken_history():
+    _, _, trace = _recorded(3)
+    broken = [trace.steps[0], trace.steps[2]]
+    with pytest.raises(ValueError, match="extends no hypothesis"):
+        D.parent_indices(broken)
+
+
+@pytest.mark.parametrize("sentence", [0, 4, 8])
+def test_reordered_cache_equals_recomputing_and_an_unordered_one_does_not(sentence):
+    model, one, trace = _recorded(sentence)
+    reference = D.replay_beam(model, one, trace.steps, use_cache=False)
+    cached = D.replay_beam(model, one, trace.steps, use_cache=True)
+    stale = D.replay_beam(model, one, trace.steps, use_cache=True, reorder=False)
+    assert len(reference) == len(cached) == len(trace.steps)
+    for ref, got in zip(reference, cached):
+        assert torch.allclose(ref, got, atol=1e-5)
+    assert max((ref - got).abs().max().item() for ref, got in zip(reference, stale)) > 1e-2
+
+
+def test_replay_beam_refuses_a_batch():
+    model, src = _model(), _sources()
+    with pytest.raises(ValueError, match="one sentence"):
+        D.replay_beam(model, src[:2], [], use_cache=True)
+
+
+def test_beam_step_rows_account_for_every_candidate():
+    _, _, trace = _recorded(5)
+    for step, record in enumerate(trace.steps, start=1):
+        rows = D.beam_step_rows(trace.steps, step)
+        assert [r.tokens for r in rows] == [c[0] for c in record.candidates]
+        assert [r.tokens for r in rows if r.fate == "kept"] == [t for t, _ in record.alive]
+        assert sorted(r.tokens[:-1] for r in rows if r.fate == "finished") == sorted(h.tokens for h in record.finished)
+        assert all(r.tokens[-1] == EOS_ID for r in rows if r.fate == "finished")
+        assert all(r.parent >= 0 for r in rows)
+    with pytest.raises(ValueError, match="step"):
+        D.beam_step_rows(trace.steps, len(trace.steps) + 1)
+
+
+def _trace(*hypotheses: tuple[int, float]) -> D.BeamTrace:
+    return D.BeamTrace(len(hypotheses), [companion.decode.Finished((5,) * (n - 1), lp, n) for n, lp in hypotheses])
+
+
+def test_within_sentence_offsets_subtract_each_sentences_means():
+    traces = [_trace((3, -2.0), (5, -4.0)), _trace((4, -1.0), (4, -3.0)), _trace((10, -20.0), (12, -21.0))]
+    offsets = D.within_sentence_length_offsets(traces)
+    assert [o[0] for o in offsets] == [0, 0, 2, 2]  # sentence 1 has one length only
+    assert offsets[0][1:] == (-1.0, 1.0) and offsets[3][1:] == (1.0, -0.5)
+
+
+def test_shorter_wins_counts_pairs_within_sentences_only():
+    traces = [_trace((3, -2.0), (5, -4.0), (5, -1.0)), _trace((2, -9.0), (9, -1.0))]
+    assert D.shorter_wins(traces, 0.0) == (1, 3)
+    wins_large_alpha, pairs = D.shorter_wins(traces, 5.0)
+    assert pairs == 3 and wins_large_alpha <= 1
+    with pytest.raises(ValueError, match="alpha"):
+        D.shorter_wins(traces, -1.0)
