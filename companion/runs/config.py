@@ -30,7 +30,7 @@ from ..model import TransformerConfig
 from ..options import check_declared, flag_of, label, option, option_fields, option_spec
 from ..presets import DEFAULT_AVERAGE_LAST, DEFAULT_SAVE_EVERY_MINUTES, PRESETS
 from ..train import TrainConfig
-from .sections import DataConfig, ModelOptions, _check_positive, _filled, _path_as_str
+from .sections import TRANSLATION, DataConfig, ModelOptions, _check_positive, _filled, _path_as_str
 
 __all__ = ["DataConfig", "ModelOptions", "RunConfig", "SECTIONS", "DEFAULTS_NOTE"]
 
@@ -128,7 +128,7 @@ class RunConfig:
 
     def _check_lengths(self) -> None:
         longest = self.data.synthetic_max_len
-        if self.data.task != "multi30k" and longest >= self.model.max_len:
+        if self.data.task != TRANSLATION and longest >= self.model.max_len:
             raise ConfigError(
                 f"--synthetic-max-len {longest} needs --max-len of at least {longest + 1} (a sequence plus its "
                 f"<eos>), got --max-len {self.model.max_len}"
@@ -141,11 +141,11 @@ class RunConfig:
         m, data = self.model, self.data
         assert None not in (m.d_model, m.d_ff, m.num_encoder_layers, m.num_decoder_layers)
         d, d_ff = int(m.d_model or 0), int(m.d_ff or 0)
-        vocab = data.synthetic_vocab if data.task != "multi30k" else data.vocab_size if data.tokenizer == "bpe" else 0
+        vocab = data.synthetic_vocab if data.task != TRANSLATION else data.vocab_size if data.tokenizer == "bpe" else 0
         per_layer = 4 * d * d + 2 * d * d_ff
         parameters = 2 * vocab * d + int(m.num_encoder_layers or 0) * per_layer
         parameters += int(m.num_decoder_layers or 0) * (per_layer + 4 * d * d)
-        examples = data.num_examples * data.synthetic_max_len if data.task != "multi30k" else 0
+        examples = data.num_examples * data.synthetic_max_len if data.task != TRANSLATION else 0
         return 16 * parameters + 4 * m.max_len * d + _BYTES_PER_SYNTHETIC_TOKEN * examples
 
     def _check_memory(self) -> None:
@@ -155,7 +155,7 @@ class RunConfig:
             raise ConfigError(
                 f"this run needs about {needed / 2**30:,.1f} GiB of memory before any activation (weights, "
                 f"gradients, Adam's moments, the positional table of --max-len {self.model.max_len}"
-                + (", the synthetic examples" if self.data.task != "multi30k" else "")
+                + (", the synthetic examples" if self.data.task != TRANSLATION else "")
                 + f"), more than the {available / 2**30:,.1f} GiB of this machine: lower --d-model, --d-ff, "
                 "--layers, --max-len, --synthetic-vocab, --vocab-size or --num-examples"
             )

@@ -36,6 +36,7 @@ from ..data import (
 from ..data.corpus import HUB_SPLIT_NAMES, MULTI30K_SPLIT_STEMS
 from ..errors import DataError, RunError
 from .config import DataConfig, RunConfig
+from .sections import TRANSLATION
 
 __all__ = [
     "RunData",
@@ -150,9 +151,9 @@ def build_run_data(
     """
     data, seed, max_len = config.data, config.train.seed, config.model.max_len
     identity = None
-    if data.task == "multi30k" and not data.is_multi30k():
+    if data.task == TRANSLATION and not data.is_multi30k():
         return _stored_run_data(config, saved_tokenizers, rank, world_size)
-    if data.task != "multi30k":
+    if data.task != TRANSLATION:
         train, valid = _synthetic_splits(data, seed)
         tokenizers, vocab_sizes = None, (data.synthetic_vocab, data.synthetic_vocab)
     else:

@@ -310,7 +310,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     loaded = load_for_inference(config.checkpoint, config.device)
     model, src_tok, tgt_tok, checkpoint, target, weights = loaded
     run_info = checkpoint.get("run_info") or {}
-    if run_info.get("task", "multi30k") != "multi30k":
+    if run_info.get("task", "translation") not in ("translation", "multi30k"):  # multi30k: before 0.3
         raise RunError(
             f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores translations"
         )

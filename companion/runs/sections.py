@@ -45,15 +45,18 @@ def _filled(config: Any, values: Mapping[str, Any]) -> Any:
 # --------------------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------------------
+TRANSLATION = "translation"  # the task of every run on a parallel corpus (Multi30k or the user's data)
+
+
 @dataclass
 class DataConfig:
     """What a run learns from and how it is cut into batches (``max_tokens`` None: from the preset)."""
 
     task: str = option(
-        "multi30k",
-        "what to learn: translation (multi30k: Multi30k by default, or the corpus of --data-dir, --train or "
-        "--hf-dataset) or a synthetic toy task (default: {default})",
-        choices=["multi30k", "copy", "reverse", "sort"],
+        TRANSLATION,
+        "what to learn: translation (of Multi30k by default, or of the corpus of --data-dir, --train or "
+        "--hf-dataset; 'multi30k' is its older name, still accepted) or a synthetic toy task (default: {default})",
+        choices=[TRANSLATION, "multi30k", "copy", "reverse", "sort"],
         group="data",
     )
     src: str = option(
@@ -176,6 +179,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check_declared(self)
+        if self.task == "multi30k":  # the older name of the translation task (commands, run records before 0.3)
+            self.task = TRANSLATION
         _check_positive(self, "min_freq", "max_tokens", "limit_train", "num_examples", "synthetic_max_len", "workers")
         for name in ("vocab_size", "synthetic_vocab"):  # more than the 4 special tokens
             check_integer(label(DataConfig, name), getattr(self, name), minimum=5, error=ConfigError)
@@ -187,7 +192,7 @@ class DataConfig:
             _check_files(self, name)
         for name in ("src", "tgt"):
             _check_language_code(self, name)
-        if self.task == "multi30k":
+        if self.task == TRANSLATION:
             if self.src == self.tgt:
                 raise ConfigError(f"--src and --tgt must differ, got {self.src!r} for both")
             self._check_source()
@@ -220,7 +225,7 @@ class DataConfig:
     def is_multi30k(self) -> bool:
         """Whether the run reads Multi30k itself (no source given other than a folder with Multi30k's names,
         in en and de): read into memory as before, so that Multi30k runs keep their batches."""
-        if self.task != "multi30k" or self.train_files or self.hf_dataset:
+        if self.task != TRANSLATION or self.train_files or self.hf_dataset:
             return False
         if self.train_split or self.valid_split or self.test_split:
             return False
@@ -228,7 +233,7 @@ class DataConfig:
 
     def shares_vocabulary(self) -> bool:
         """Whether one vocabulary serves both languages (a shared BPE), so that the embeddings can be shared."""
-        return self.task == "multi30k" and self.tokenizer == "bpe"
+        return self.task == TRANSLATION and self.tokenizer == "bpe"
 
 
 # A language code as corpora take it (ISO 639 codes such as en, fr, zh; BCP-47 style en-US, zh_Hant).

@@ -28,6 +28,7 @@ from ..train import TrainConfig, Trainer
 from .config import RunConfig
 from .folder import prepare_out_dir
 from .identity import RunData, build_run_data, check_same_data
+from .sections import TRANSLATION
 
 __all__ = ["train_run"]
 
@@ -299,8 +300,8 @@ def _average_last_checkpoints(config: RunConfig, out: Path) -> dict[str, Any]:
 def _print_start(config: RunConfig, trainer: Trainer, data: RunData, stream: TextIO, *, resumed: bool) -> None:
     src_vocab, tgt_vocab = data.vocab_sizes
     data_config = config.data
-    what = data_config.task if data_config.task != "multi30k" else _source_name(data_config)
-    direction = f" {data_config.src} -> {data_config.tgt}" if data_config.task == "multi30k" else ""
+    what = data_config.task if data_config.task != TRANSLATION else _source_name(data_config)
+    direction = f" {data_config.src} -> {data_config.tgt}" if data_config.task == TRANSLATION else ""
     print(
         f"companion train: {what}{direction} preset={config.preset} "
         f"params={trainer.model.num_parameters():,} vocab={src_vocab}/{tgt_vocab} "
