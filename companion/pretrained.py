@@ -1,8 +1,10 @@
-"""The book's own trained model, ready to translate without training first.
+"""The book's own trained models, ready to translate without training first.
 
-The book ships one small model: German -> English on Multi30k (the ``small`` preset, 2.7M parameters, word
-vocabularies), made by ``tools/make_pretrained.py`` with the command recorded in its model card
-(``pretrained/de-en-small.json``). :func:`load_pretrained` finds the file
+The book ships two small models, one per direction of Multi30k: German -> English (``direction="de-en"``, the
+default) and English -> German (``direction="en-de"``); both are the ``small`` preset (2.7M parameters, word
+vocabularies), made by ``tools/make_pretrained.py`` with the command recorded in their model cards
+(``pretrained/de-en-small.json``, ``pretrained/en-de-small.json``: data, size, command, hardware, test and
+validation scores). :func:`load_pretrained` finds the file
 
 1. at ``path`` when one is given;
 2. in the folder named by the environment variable ``COMPANION_PRETRAINED_DIR``;
@@ -39,27 +41,48 @@ from .devices import resolve_device
 from .errors import PretrainedUnavailableError
 from .model import Transformer
 
-__all__ = ["PRETRAINED_MODELS", "PretrainedModel", "load_pretrained", "pretrained_path"]
+__all__ = ["PRETRAINED_MODELS", "DIRECTIONS", "PretrainedModel", "load_pretrained", "pretrained_path"]
 
 PRETRAINED_DIR_ENV = "COMPANION_PRETRAINED_DIR"
 _REPOSITORY_RAW = "https://github.com/attention-executed/attention-executed/raw/main/pretrained"
 
-# name -> file name and SHA-256 of the shipped file (checked wherever the file is found)
+# name -> direction, file name and SHA-256 of the shipped file (checked wherever the file is found)
 PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
+        "direction": "de-en",
         "file": "de-en-small.pt",
         "sha256": "54bad05f4fd25d336f792e7b9b990454da5ea493070633d00b8b56c4c1ac8ce5",
         "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
+    "multi30k-en-de-small": {  # sha256 written by tools/make_pretrained.py
+        "direction": "en-de",
+        "file": "en-de-small.pt",
+        "sha256": "",
+        "description": "English -> German, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
+    },
 }
+# direction ("src-tgt") -> the name of the shipped model for it
+DIRECTIONS: dict[str, str] = {entry["direction"]: name for name, entry in PRETRAINED_MODELS.items()}
+
+
+def _model_name(direction: str) -> str:
+    """The registry name for ``direction`` (``"de-en"``; a registry name itself is accepted as well)."""
+    if isinstance(direction, str) and direction in DIRECTIONS:
+        return DIRECTIONS[direction]
+    if isinstance(direction, str) and direction in PRETRAINED_MODELS:
+        return direction
+    raise ValueError(
+        f"direction must be one of {sorted(DIRECTIONS)} (or a model name: {sorted(PRETRAINED_MODELS)}), "
+        f"got {direction!r}"
+    )
 
 
 @dataclass
 class PretrainedModel:
     """A trained :class:`~companion.model.Transformer` with its two tokenizers and its model card.
 
-    ``translate`` turns German sentences into English ones with the book's decoding settings (beam 4,
-    alpha 0.6; ``beam_size=1`` is greedy search).
+    ``translate`` turns source-language sentences (German for ``de-en``, English for ``en-de``) into the target
+    language with the book's decoding settings (beam 4, alpha 0.6; ``beam_size=1`` is greedy search).
     """
 
     model: Transformer
@@ -145,13 +168,13 @@ def _check_shipped(path: Path, entry: dict[str, str]) -> None:
         )
 
 
-def pretrained_path(name: str = "multi30k-de-en-small", *, download: bool = True) -> Path:
-    """Where the pretrained model ``name`` is on this machine (downloading it first if allowed and needed).
+def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:
+    """Where the shipped model for ``direction`` (``"de-en"`` or ``"en-de"``, or its name in
+    ``PRETRAINED_MODELS``) is on this machine, downloading it first if allowed and needed.
 
     The copy found is checked against the shipped file's SHA-256 (:class:`~companion.errors.PretrainedUnavailableError`
-    if it differs)."""
-    if name not in PRETRAINED_MODELS:
-        raise ValueError(f"name must be one of {sorted(PRETRAINED_MODELS)}, got {name!r}")
+    if it differs); a ValueError names ``direction`` and the choices for anything else."""
+    name = _model_name(direction)
     entry = PRETRAINED_MODELS[name]
     for candidate in _candidates(entry["file"]):
         if candidate.is_file():
@@ -166,16 +189,18 @@ def pretrained_path(name: str = "multi30k-de-en-small", *, download: bool = True
 
 
 def load_pretrained(
-    name: str = "multi30k-de-en-small",
+    direction: str = "de-en",
     *,
     path: str | os.PathLike | None = None,
     device: str | torch.device = "cpu",
     download: bool = True,
 ) -> PretrainedModel:
-    """Load the book's trained model (see the module docstring for where it is looked for).
+    """Load one of the book's trained models (see the module docstring for where it is looked for).
 
     Args:
-        name: which shipped model (``PRETRAINED_MODELS``).
+        direction: ``"de-en"`` (German -> English, the default) or ``"en-de"`` (English -> German); the name of a
+            shipped model (``PRETRAINED_MODELS``, e.g. ``"multi30k-en-de-small"``) is accepted too. Anything
+            else is a ValueError that lists the choices.
         path: a checkpoint file to load instead of searching (loaded as it is: its SHA-256 is not compared
             with the shipped file's, its content digest and entries are checked as for every checkpoint).
         device: where the model goes (eval mode): ``"cpu"``, ``"cuda[:N]"``, ``"mps"`` or ``"auto"``, resolved
@@ -184,10 +209,11 @@ def load_pretrained(
 
     Returns:
         a :class:`PretrainedModel` (model, tokenizers, file path and model card), e.g.
-        ``load_pretrained().translate("Ein Hund rennt.")``.
+        ``load_pretrained().translate("Ein Hund rennt.")``, ``load_pretrained("en-de").translate("A dog runs.")``.
     """
+    _model_name(direction)  # a bad direction is an error even when ``path`` is given
     target = resolve_device(device)
-    file = Path(path) if path is not None else pretrained_path(name, download=download)
+    file = Path(path) if path is not None else pretrained_path(direction, download=download)
     checkpoint = load_checkpoint(file)
     model = model_from_checkpoint(checkpoint, device=target)
     src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)

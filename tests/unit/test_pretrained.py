@@ -1,10 +1,13 @@
-"""companion.load_pretrained: where the shipped model is looked for, the download path (digest checked), the
-offline error, and the shipped model itself."""
+"""companion.load_pretrained: where the shipped models (de-en and en-de) are looked for, the download path (digest
+checked), the offline error, a bad direction, the shipped models and their cards, and the tool that makes them."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import pathlib
+import re
 
 import pytest
 import torch
@@ -16,6 +19,12 @@ from companion.data import WordTokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "pretrained" / "de-en-small.pt"
+DIRECTIONS = ("de-en", "en-de")
+# two test sentences per direction, and words their translations must contain
+SENTENCES = {
+    "de-en": (["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball."], [("dog", "snow"), ("soccer",)]),
+    "en-de": (["A dog runs through the snow.", "Two men are playing soccer."], [("hund", "schnee"), ("fußball",)]),
+}
 
 
 @pytest.fixture
@@ -42,11 +51,23 @@ def nowhere(tmp_path, monkeypatch):
 def shipped_as(monkeypatch):
     """Make ``path`` the shipped file: its SHA-256 becomes the one ``load_pretrained`` expects."""
 
-    def ship(path: pathlib.Path) -> None:
-        entry = dict(pretrained.PRETRAINED_MODELS["multi30k-de-en-small"], sha256=pretrained._sha256(path))
-        monkeypatch.setitem(pretrained.PRETRAINED_MODELS, "multi30k-de-en-small", entry)
+    def ship(path: pathlib.Path, direction: str = "de-en") -> None:
+        name = pretrained.DIRECTIONS[direction]
+        entry = dict(pretrained.PRETRAINED_MODELS[name], sha256=pretrained._sha256(path))
+        monkeypatch.setitem(pretrained.PRETRAINED_MODELS, name, entry)
 
     return ship
+
+
+def tiny_run_checkpoint(path: pathlib.Path, direction: str, tiny_model) -> pathlib.Path:
+    """A tiny checkpoint for ``direction`` (word tokenizers that record their languages) at ``path``."""
+    src, tgt = direction.split("-")
+    texts = {"de": ["ein hund läuft", "eine katze"], "en": ["a dog runs", "a cat"]}
+    src_tok, tgt_tok = WordTokenizer.build(texts[src], src), WordTokenizer.build(texts[tgt], tgt)
+    model = tiny_model(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(path, model=model, step=7, tokenizers={"src": src_tok, "tgt": tgt_tok})
+    return path
 
 
 def test_environment_folder_is_searched_and_loaded(tiny_checkpoint, nowhere, monkeypatch, shipped_as):
@@ -100,27 +121,145 @@ def test_failed_download_is_a_clear_error(nowhere, monkeypatch, tmp_path):
         companion.load_pretrained()
 
 
-def test_unknown_name_is_refused():
-    with pytest.raises(ValueError, match="name must be one of"):
-        companion.load_pretrained("gpt-5")
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_each_direction_is_found_under_its_own_file(direction, tmp_path, tiny_model, nowhere, monkeypatch, shipped_as):
+    path = tiny_run_checkpoint(tmp_path / "shipped" / f"{direction}-small.pt", direction, tiny_model)
+    shipped_as(path, direction)
+    monkeypatch.setenv(pretrained.PRETRAINED_DIR_ENV, str(path.parent))
+    assert pretrained.pretrained_path(direction) == path
+    assert pretrained.pretrained_path(pretrained.DIRECTIONS[direction]) == path  # the model's name works too
+    loaded = companion.load_pretrained(direction=direction)
+    assert loaded.path == path
+    assert (loaded.src_tokenizer.language, loaded.tgt_tokenizer.language) == tuple(direction.split("-"))
+    other = next(d for d in DIRECTIONS if d != direction)
+    with pytest.raises(companion.PretrainedUnavailableError, match=f"{other}-small.pt"):
+        companion.load_pretrained(direction=other, download=False)  # the other direction's file is not there
 
 
-@pytest.mark.skipif(
-    not (ROOT / "pretrained" / "de-en-small.json").exists(), reason="the shipped model is not in this checkout"
-)
-def test_the_shipped_model_matches_its_card_and_translates():
-    import json
+def test_the_default_direction_is_de_en(tmp_path, tiny_model, nowhere, monkeypatch, shipped_as):
+    path = tiny_run_checkpoint(tmp_path / "shipped" / "de-en-small.pt", "de-en", tiny_model)
+    shipped_as(path, "de-en")
+    monkeypatch.setenv(pretrained.PRETRAINED_DIR_ENV, str(path.parent))
+    assert companion.load_pretrained().path == pretrained.pretrained_path() == path
 
-    card = json.loads((ROOT / "pretrained" / "de-en-small.json").read_text())
-    assert (
-        pretrained._sha256(SHIPPED) == card["sha256"] == pretrained.PRETRAINED_MODELS["multi30k-de-en-small"]["sha256"]
-    )
-    loaded = companion.load_pretrained(path=SHIPPED)
+
+@pytest.mark.parametrize("bad", ["fr-en", "de_en", "DE-EN", "gpt-5", "", None, 3])
+def test_a_bad_direction_names_the_argument_and_the_choices(bad, tiny_checkpoint):
+    expected = r"direction must be one of \['de-en', 'en-de'\].*got " + re.escape(repr(bad))
+    with pytest.raises(ValueError, match=expected):
+        companion.load_pretrained(bad)
+    with pytest.raises(ValueError, match=expected):
+        pretrained.pretrained_path(bad)
+    with pytest.raises(ValueError, match=expected):  # also when a path is given: the argument is still wrong
+        companion.load_pretrained(bad, path=tiny_checkpoint)
+
+
+def test_the_registry_has_one_model_per_direction():
+    assert sorted(pretrained.DIRECTIONS) == list(DIRECTIONS)
+    for direction, name in pretrained.DIRECTIONS.items():
+        entry = pretrained.PRETRAINED_MODELS[name]
+        assert name == f"multi30k-{direction}-small" and entry["file"] == f"{direction}-small.pt"
+        assert re.fullmatch(r"[0-9a-f]{64}|", entry["sha256"])
+
+
+def shipped_files(direction: str) -> tuple[pathlib.Path, pathlib.Path]:
+    return ROOT / "pretrained" / f"{direction}-small.pt", ROOT / "pretrained" / f"{direction}-small.json"
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_the_shipped_model_matches_its_card_and_translates(direction):
+    weights, card_path = shipped_files(direction)
+    if not (weights.exists() and card_path.exists()):
+        pytest.skip(f"the shipped {direction} model is not in this checkout")
+    card = json.loads(card_path.read_text())
+    entry = pretrained.PRETRAINED_MODELS[pretrained.DIRECTIONS[direction]]
+    assert pretrained._sha256(weights) == card["sha256"] == entry["sha256"]
+    loaded = companion.load_pretrained(direction, download=False)
+    assert loaded.path == weights
     assert loaded.model.num_parameters() == card["model"]["parameters"]
+    assert (loaded.src_tokenizer.language, loaded.tgt_tokenizer.language) == tuple(direction.split("-"))
     assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
-    english = loaded.translate(["Ein Hund rennt durch den Schnee.", "Zwei Männer spielen Fußball."])
-    assert english[0].lower().startswith("a dog") and "snow" in english[0]
-    assert "soccer" in english[1] or "football" in english[1]
+    sentences, expected_words = SENTENCES[direction]
+    for translation, words in zip(loaded.translate(sentences), expected_words):
+        assert all(word in translation.lower() for word in words), (translation, words)
+
+
+def check_card(card: dict, direction: str) -> None:
+    """The fields every model card must have (tools/make_pretrained.py writes them)."""
+    assert card["direction"] == direction and card["name"] == f"multi30k-{direction}-small"
+    for key in ("task", "data", "training_command", "history", "hardware", "terms", "tokenized_lowercased_bleu_method"):
+        assert isinstance(card[key], str if key != "hardware" else dict) and card[key], key
+    assert f"--src {direction[:2]} --tgt {direction[3:]}" in card["training_command"]
+    assert card["model"]["parameters"] > 0 and card["steps"] > 0 and card["file_bytes"] > 0
+    assert re.fullmatch(r"[0-9a-f]{64}", card["sha256"])
+    assert "load_average_1_5_15_min" in card["hardware"] and card["hardware"]["cpu_cores"] > 0
+    assert card["training"]["train_seconds"] >= 0
+    assert set(card["scores"]) == {"test_2016_flickr", "validation"}
+    assert card["test"] == card["scores"]["test_2016_flickr"]
+    searches = [*card["scores"]["test_2016_flickr"].items(), *card["scores"]["validation"].items()]
+    assert {"beam4", "greedy"} <= set(card["scores"]["test_2016_flickr"]) and "beam4" in card["scores"]["validation"]
+    for search, scores in searches:
+        assert scores["beam_size"] == (4 if search == "beam4" else 1) and scores["alpha"] == 0.6
+        assert "tok:13a" in scores["bleu_signature"] and "case:mixed" in scores["bleu_signature"]
+        assert "nc:6" in scores["chrf_signature"]
+        lc = scores["tokenized_lowercased_bleu_signature"]
+        assert "case:lc" in lc and "tok:none" in lc and lc.endswith(f"pretok:spacy-{direction[3:]}")
+        for metric in ("bleu", "chrf", "tokenized_lowercased_bleu", "tokenized_cased_bleu"):
+            assert 0 <= scores[metric] <= 100, (search, metric)
+        assert scores["sentences"] > 0
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_the_shipped_card_has_every_field(direction):
+    card_path = shipped_files(direction)[1]
+    if not card_path.exists():
+        pytest.skip(f"the shipped {direction} card is not in this checkout")
+    card = json.loads(card_path.read_text())
+    if "direction" not in card:
+        pytest.skip(f"{card_path.name} was written by an older tools/make_pretrained.py: run it again")
+    check_card(card, direction)
+
+
+def _make_pretrained_tool():
+    spec = importlib.util.spec_from_file_location("make_pretrained", ROOT / "tools" / "make_pretrained.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_make_pretrained_ships_a_run_with_a_complete_card(direction, tmp_path, tiny_model):
+    pytest.importorskip("sacrebleu")
+    pytest.importorskip("spacy")
+    tool = _make_pretrained_tool()
+    assert (
+        tool.parse_args([]).direction == "both" and tool.parse_args(["--direction", direction]).direction == direction
+    )
+    assert f"--src {direction[:2]} --tgt {direction[3:]}" in tool.TRAIN_COMMANDS[direction]
+    run = tmp_path / "run"
+    averaged = tiny_run_checkpoint(run / "averaged.pt", direction, tiny_model)
+    (run / "metrics.jsonl").write_text(
+        json.dumps({"kind": "train", "step": 7, "epoch": 0.1, "nll": 2.0, "tokens_per_s": 10.0, "train_seconds": 3})
+        + "\n"
+    )
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = {"de": "ein hund läuft\neine katze\n", "en": "a dog runs\na cat\n"}
+    for stem in ("train", "val", "test_2016_flickr"):
+        for language, text in lines.items():
+            (data / f"{stem}.{language}").write_text(text)
+    registry = tmp_path / "registry.py"
+    registry.write_text((ROOT / "companion" / "pretrained.py").read_text())
+    out = tmp_path / "pretrained"
+    card = tool.package(direction, str(data), None, run=run, out=out, registry=registry)
+    shipped = out / f"{direction}-small.pt"
+    assert card == json.loads((out / f"{direction}-small.json").read_text())
+    check_card(card, direction)
+    assert card["steps"] == 7 and card["scores"]["test_2016_flickr"]["beam4"]["sentences"] == 2
+    assert f'"file": "{direction}-small.pt",\n        "sha256": "{card["sha256"]}"' in registry.read_text()
+    assert pretrained._sha256(shipped) == card["sha256"] != pretrained._sha256(averaged)  # no optimizer state
+    assert companion.load_pretrained(direction, path=shipped).info["step"] == 7
 
 
 def test_a_string_is_one_sentence(tiny_checkpoint):
