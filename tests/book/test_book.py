@@ -127,3 +127,27 @@ def test_every_chapter_is_in_the_table_of_contents():
     listed = set(_toc_files(toc.get("parts", [])))
     for md_path in CHAPTERS:
         assert f"book/{md_path.stem}" in listed, f"{md_path.name} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("md_path", CHAPTERS, ids=lambda p: p.name)
+def test_no_chapter_asserts_a_wall_clock_time(md_path):
+    """Run times are printed, never asserted: a time depends on the machine and its load (the book's standard)."""
+    for source in _code_sources(jupytext.read(md_path)):
+        for line in source.splitlines():
+            code = line.split("#")[0]
+            if code.lstrip().startswith("assert"):
+                assert "chapter_minutes" not in code and "perf_counter" not in code, f"{md_path.name}: {line.strip()}"
+
+
+MAP_HIGHLIGHTS = {"02": "attention", "03": "masking", "04": "multi-head", "05": "positional"}
+
+
+@pytest.mark.parametrize("number", sorted(MAP_HIGHLIGHTS))
+def test_chapters_open_with_the_architecture_map(number):
+    """Chapters 2-5 draw the "you are here" map, with their own part lit, before their first section."""
+    (md_path,) = (ROOT / "book").glob(f"{number}_*.md")
+    text = md_path.read_text()
+    call = f'draw_architecture_map("{MAP_HIGHLIGHTS[number]}")'
+    assert call in text, f"{md_path.name} does not draw {call}"
+    first_section = text.index("\n## ")
+    assert text.index(call) < first_section, f"{md_path.name}: the map comes after the first section"
