@@ -26,6 +26,12 @@ def test_median_seconds_runs_warmup_plus_repeats_and_returns_the_median():
     assert median == sorted(times)[2] and all(t >= 0 for t in times)
 
 
+def test_median_seconds_reads_the_given_clock():
+    ticks = iter(range(100))
+    median, times = perf.median_seconds(lambda: None, repeats=3, warmup=0, clock=lambda: float(next(ticks)))
+    assert times == [1.0, 1.0, 1.0] and median == 1.0
+
+
 @pytest.mark.parametrize("repeats, warmup", [(0, 1), (2, -1), (2, 1.5)])
 def test_median_seconds_refuses_bad_counts(repeats, warmup):
     with pytest.raises(ValueError, match="repeats|warmup"):
