@@ -166,12 +166,19 @@ REGISTRY = ROOT / "companion" / "pretrained.py"
 
 
 def record_digest(file_name: str, digest: str, module: pathlib.Path = REGISTRY) -> None:
-    """Write ``digest`` into the ``PRETRAINED_MODELS`` entry of ``file_name`` in ``module``."""
-    text = module.read_text()
-    pattern = rf'("file": "{re.escape(file_name)}",\n\s+"sha256": )"[0-9a-f]*"'
-    text, count = re.subn(pattern, rf'\1"{digest}"', text)
-    assert count == 1, f"could not find the sha256 entry of {file_name} in companion/pretrained.py"
-    module.write_text(text)
+    """Write ``digest`` into the ``PRETRAINED_MODELS`` entry of ``file_name`` in ``module`` (under a lock: the two
+    directions can be packaged by two processes at once)."""
+    import fcntl
+
+    with open(module, "r+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        text = handle.read()
+        pattern = rf'("file": "{re.escape(file_name)}",\n\s+"sha256": )"[0-9a-f]*"'
+        text, count = re.subn(pattern, rf'\1"{digest}"', text)
+        assert count == 1, f"could not find the sha256 entry of {file_name} in {module}"
+        handle.seek(0)
+        handle.write(text)
+        handle.truncate()
 
 
 def training_record(run: pathlib.Path) -> dict:
