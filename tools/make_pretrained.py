@@ -63,7 +63,8 @@ TRAIN_COMMANDS = {direction: train_command(direction) for direction in DIRECTION
 HISTORY = (
     "Trained with training_command (COMPANION_DATA_DIR pointing at a local copy of Multi30k), without "
     "interruption or resume. The two directions were trained at the same time, in parallel, on one 2-core "
-    "machine shared with other jobs (tests, chapter execution, benchmarks; 1-minute load average mostly 4-6), "
+    "machine shared with other jobs (tests, chapter execution, benchmarks; started 03:27 UTC; the 1-minute load "
+    "average was 4.7-15.2 when sampled each minute from 03:53 to 04:34 UTC, not sampled later), "
     "each run with 1 CPU thread at nice 5, so the wall-clock time in training_seconds says little about the speed "
     "of an idle machine. Final weights: the average of the last 5 checkpoints (averaged_from)."
 )
