@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser(
         "train",
         argument_default=argparse.SUPPRESS,
-        help="train a model (Multi30k or a synthetic task)",
+        help="train a model (on Multi30k, on your own parallel corpus or dataset, or on a synthetic task)",
         description="Train a Transformer with the paper's recipe (Adam 0.9/0.98/1e-9, warmup + inverse-square-root "
         "learning rate, label smoothing, dropout). Writes DIR/run.json, DIR/metrics.jsonl (JSON lines) "
         "and DIR/checkpoints/step_*.pt. Several processes: torchrun --nproc_per_node N -m companion "
