@@ -177,7 +177,8 @@ def _sdpa(
     is taken in float32 so that large finite fp16 queries cannot overflow into a false NaN.
     """
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
-    out = out + (q.sum(dim=-1, keepdim=True, dtype=torch.float32) * 0.0).to(out.dtype)
+    nan_guard = q.sum(dim=-1, keepdim=True, dtype=torch.float32) * 0.0  # [..., m, 1]: NaN where q is not finite
+    out = out + (nan_guard if nan_guard.dtype == out.dtype else nan_guard.to(out.dtype))
     if mask is not None:
         # Fully masked rows come out of some kernels as NaN; define them as zeros, like the reference path.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
@@ -275,6 +276,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: Literal[False] = False,
         is_causal: bool = False,
         cache: AttentionCache | None = None,
+        *,
+        check_inputs: bool = True,
     ) -> torch.Tensor: ...
 
     @overload
@@ -288,6 +291,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: Literal[True],
         is_causal: bool = False,
         cache: AttentionCache | None = None,
+        check_inputs: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def forward(
@@ -299,6 +303,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         is_causal: bool = False,
         cache: AttentionCache | None = None,
+        *,
+        check_inputs: bool = True,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Multi-head attention of ``query`` over ``key``/``value``.
 
@@ -314,22 +320,28 @@ class MultiHeadAttention(nn.Module):
             cache: an :class:`AttentionCache` for incremental decoding. Self-attention appends the new keys and
                 values to it and attends over all of them; a ``static`` cache (cross-attention) is filled from
                 ``key``/``value`` at the first call and reused afterwards.
+            check_inputs: check shapes, dtypes, the mask and the cache (default). The model's layers pass False:
+                they build every argument themselves, and a decoding step would pay for the checks at every layer.
 
         Returns:
             ``output [batch, m, d_model]``; with ``need_weights=True`` the pair
             ``(output, weights [batch, heads, m, n])`` (the foundation API; the flag is a literal at every call
             site, so the type is known statically).
         """
-        self._check_inputs(query, key, value, cache)
+        if check_inputs:
+            self._check_inputs(query, key, value, cache)
+        elif cache is not None:  # cheap, and the one mistake a caller of the model can still make
+            self._check_cache(cache, query)
         q, k, v = self._project(query, key, value, cache)
         if cache is not None and not cache.static:
             mask, is_causal = self._extend_self_cache(cache, q, k, v, mask, is_causal, need_weights)
             assert cache.key is not None and cache.value is not None
             k, v = cache.key, cache.value
-        if mask is not None:
-            check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
-            check_bool_mask("mask", mask, (query.shape[0], self.num_heads, q.shape[-2], k.shape[-2]))
-        _check_causal(is_causal, mask, q, k)
+        if check_inputs:
+            if mask is not None:
+                check_tensor("mask", mask, dims=(2, 4))  # a 3-D mask is ambiguous: [batch, m, n] or [heads, m, n]?
+                check_bool_mask("mask", mask, (query.shape[0], self.num_heads, q.shape[-2], k.shape[-2]))
+            _check_causal(is_causal, mask, q, k)
         out, weights = self.attend(q, k, v, mask=mask, need_weights=need_weights, is_causal=is_causal)
         if need_weights:
             assert weights is not None
@@ -454,13 +466,18 @@ class MultiHeadAttention(nn.Module):
                 f"{key.dtype}, {value.dtype} (convert them, or the module with .to(dtype), or use torch.autocast)"
             )
         if cache is not None:
-            if not isinstance(cache, AttentionCache):
-                raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
-            if cache.batch_size is not None and cache.batch_size != query.shape[0]:
-                raise ValueError(
-                    f"cache holds {cache.batch_size} rows but query has batch size {query.shape[0]}: reorder the "
-                    "cache (cache.reorder(index)) when rows are dropped or re-ranked, or start a new one"
-                )
+            self._check_cache(cache, query)
+
+    @staticmethod
+    def _check_cache(cache: AttentionCache, query: torch.Tensor) -> None:
+        """``cache`` is an :class:`AttentionCache` holding as many rows as ``query [batch, m, d_model]``."""
+        if not isinstance(cache, AttentionCache):
+            raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
+        if cache.batch_size is not None and cache.batch_size != query.shape[0]:
+            raise ValueError(
+                f"cache holds {cache.batch_size} rows but query has batch size {query.shape[0]}: reorder the "
+                "cache (cache.reorder(index)) when rows are dropped or re-ranked, or start a new one"
+            )
 
 
 def _autocast_enabled(device_type: str) -> bool:

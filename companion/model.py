@@ -253,14 +253,16 @@ class DecoderLayer(nn.Module):
     def _self_attend(self, y, cache: KVCache | None, layer: int, need_weights: bool):
         layer_cache = None if cache is None else cache.self_attn[layer]
         if need_weights:
-            return self.self_attn(y, y, y, need_weights=True, is_causal=True, cache=layer_cache)
-        return self.self_attn(y, y, y, is_causal=True, cache=layer_cache), None
+            return self.self_attn(y, y, y, need_weights=True, is_causal=True, cache=layer_cache, check_inputs=False)
+        return self.self_attn(y, y, y, is_causal=True, cache=layer_cache, check_inputs=False), None
 
     def _cross_attend(self, y, memory, memory_mask, cache: KVCache | None, layer: int, need_weights: bool):
         layer_cache = None if cache is None else cache.cross_attn[layer]
         if need_weights:
-            return self.cross_attn(y, memory, memory, mask=memory_mask, need_weights=True, cache=layer_cache)
-        return self.cross_attn(y, memory, memory, mask=memory_mask, cache=layer_cache), None
+            return self.cross_attn(
+                y, memory, memory, mask=memory_mask, need_weights=True, cache=layer_cache, check_inputs=False
+            )
+        return self.cross_attn(y, memory, memory, mask=memory_mask, cache=layer_cache, check_inputs=False), None
 
     def forward(
         self,
