@@ -33,8 +33,8 @@ function tableStep(request, calls) {
     const previous = calls.length ? calls[calls.length - 1] : null;
     prefixes.forEach((prefix, row) => {
       const cached = parents === null ? [] : previous[parents[row]];
-      const expected = JSON.stringify(cached.concat([prefix[prefix.length - 1]]));
-      if (cached === undefined || JSON.stringify(prefix) !== expected) {
+      const expected = cached === undefined ? null : JSON.stringify(cached.concat([prefix[prefix.length - 1]]));
+      if (JSON.stringify(prefix) !== expected) {
         throw new Error(`row ${row} of call ${calls.length}: prefix ${JSON.stringify(prefix)} is not its parent's + 1`);
       }
     });
