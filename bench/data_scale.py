@@ -8,7 +8,8 @@ The corpus: two plain text files of random "sentences" of word-like tokens (a Zi
 20,000 words per language; sentence lengths like Multi30k's captions, mean ~12.6 words, the target's length the
 source's +- a few words). Each size runs in a fresh process, so its peak RSS is its own: ``self`` is the main
 process (reading, tokenizer training, writing, batch plan), ``largest_worker`` the largest tokenization worker;
-``self + workers * largest_worker`` bounds what was resident at once. The steps measured:
+``self`` read before training plus ``workers * largest_worker`` bounds what was resident at once while preparing;
+when training starts the workers have exited and ``self`` alone is resident. The steps measured:
 
 1. the data's identity (SHA-256 of both files, what the cache is keyed by);
 2. a shared BPE tokenizer trained on both sides, streamed from the files;
@@ -84,6 +85,19 @@ def peak_rss_mib() -> dict[str, float]:
     return {"self": round(own, 1), "largest_worker": round(child, 1)}
 
 
+def _memory_bounds(preparation: dict[str, float], final: dict[str, float], workers: int) -> dict[str, float]:
+    """What was resident at once, bounded from the peaks: during preparation the main process and up to ``workers``
+    tokenization workers; when training starts the main process alone (the workers have exited), its peak set by
+    the logits of a batch (``train_max_tokens`` x vocabulary floats, a few copies for softmax and gradients)."""
+    during_preparation = preparation["self"] + workers * preparation["largest_worker"]
+    return {
+        "self_during_preparation": preparation["self"],
+        "bound_during_preparation": round(during_preparation, 1),
+        "self_when_training_starts": final["self"],
+        "bound_overall": round(max(during_preparation, final["self"]), 1),
+    }
+
+
 def start_training(store, tokenizer, max_tokens: int) -> dict:
     """Two optimizer steps of the ``small`` model on lazy batches of ``max_tokens`` read from ``store``: training
     starts from the store as ``companion train`` does (the vocabulary, not the width, sets the logits' memory)."""
@@ -132,6 +146,7 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
     first = [batches[k] for k in range(min(8, len(batches)))]
     shares = [batches.local(k, rank, 2) for k in range(min(8, len(batches))) for rank in range(2)]
     seconds["first_8_batches_and_rank_shares"] = time.perf_counter() - mark
+    preparation_memory = peak_rss_mib()  # before training: the workers have finished, the model is not built yet
     mark = time.perf_counter()
     training = start_training(store, tokenizer, args.train_max_tokens)
     seconds["first_2_training_steps"] = time.perf_counter() - mark
@@ -159,8 +174,7 @@ def measure_one(num_pairs: int, args: argparse.Namespace) -> dict:
             "tokenizer_training": round(num_pairs / seconds["tokenizer_training"]),
             "token_store": round(num_pairs / seconds["token_store"]),
         },
-        "peak_rss_mib": memory
-        | {"bound_self_plus_workers": round(memory["self"] + args.workers * memory["largest_worker"], 1)},
+        "peak_rss_mib": memory | _memory_bounds(preparation_memory, memory, args.workers),
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }

@@ -1,10 +1,11 @@
 """The book's own trained models, ready to translate without training first.
 
-The book ships two small models, one per direction of Multi30k: German -> English (``direction="de-en"``, the
-default) and English -> German (``direction="en-de"``); both are the ``small`` preset (2.7M parameters, word
-vocabularies), made by ``tools/make_pretrained.py`` with the command recorded in their model cards
-(``pretrained/de-en-small.json``, ``pretrained/en-de-small.json``: data, size, command, hardware, test and
-validation scores). :func:`load_pretrained` finds the file
+The book ships one small model, German -> English on Multi30k (``direction="de-en"``, the default); the
+English -> German model (``direction="en-de"``) is registered and made by the same tool, but not shipped in this
+release: loading it raises :class:`~companion.errors.PretrainedUnavailableError`, which says how to make it. Both
+are the ``small`` preset (2.7M parameters, word vocabularies), made by ``tools/make_pretrained.py`` with the
+command recorded in the model card (``pretrained/de-en-small.json``: data, size, command, hardware, test scores).
+:func:`load_pretrained` finds the file
 
 1. at ``path`` when one is given;
 2. in the folder named by the environment variable ``COMPANION_PRETRAINED_DIR``;
@@ -34,6 +35,7 @@ from typing import Any, overload
 
 import torch
 
+from ._version import __version__
 from .checkpoint import follow_umask, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from .data import Tokenizer
 from .decode import translate
@@ -176,6 +178,14 @@ def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:
     if it differs); a ValueError names ``direction`` and the choices for anything else."""
     name = _model_name(direction)
     entry = PRETRAINED_MODELS[name]
+    if not entry["sha256"]:  # registered, but no file has been made and shipped for it yet
+        raise PretrainedUnavailableError(
+            f"the pretrained model {name!r} ({entry['file']}, direction {entry['direction']!r}) is not shipped "
+            f"in companion {__version__}: tools/make_pretrained.py --direction {entry['direction']} makes it from a "
+            "training run; "
+            f"or train one: companion train --src {entry['direction'].split('-')[0]} "
+            f"--tgt {entry['direction'].split('-')[1]}"
+        )
     for candidate in _candidates(entry["file"]):
         if candidate.is_file():
             _check_shipped(candidate, entry)

@@ -299,3 +299,14 @@ def test_the_device_is_resolved_first(tiny_checkpoint):
         companion.load_pretrained(path=tiny_checkpoint, device="cuda")
     with pytest.raises(companion.ConfigError, match="device must be .*'bogus'"):
         companion.load_pretrained(path=tiny_checkpoint, device="bogus")
+
+
+def test_a_registered_but_unshipped_model_says_how_to_make_it(monkeypatch):
+    """A registry entry without a SHA-256 has no shipped file: the error names the tool and the training command."""
+    from companion import pretrained
+    from companion.errors import PretrainedUnavailableError
+
+    entry = dict(pretrained.PRETRAINED_MODELS["multi30k-en-de-small"], sha256="")
+    monkeypatch.setitem(pretrained.PRETRAINED_MODELS, "multi30k-en-de-small", entry)
+    with pytest.raises(PretrainedUnavailableError, match=r"not shipped.*make_pretrained.py --direction en-de"):
+        pretrained.load_pretrained("en-de", download=False)
