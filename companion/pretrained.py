@@ -53,13 +53,13 @@ PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "de-en",
         "file": "de-en-small.pt",
-        "sha256": "54bad05f4fd25d336f792e7b9b990454da5ea493070633d00b8b56c4c1ac8ce5",
+        "sha256": "7f111722692e3d7e42af9d35915e2e58fefb3e7fa6092bd2d2e489c68ef9d175",
         "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
     "multi30k-en-de-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "en-de",
         "file": "en-de-small.pt",
-        "sha256": "",
+        "sha256": "5de808506cb316392fd3301f30ffc6de627d4400ea19453db69602db817bec45",
         "description": "English -> German, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
 }

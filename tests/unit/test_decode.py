@@ -475,6 +475,22 @@ def test_decoding_a_model_whose_scores_are_not_finite_fails_clearly(tiny_model, 
         beam_search(model, src, beam_size=3)
 
 
+def test_huge_but_finite_scores_are_not_mistaken_for_broken_ones():
+    """The step's finiteness check sums the scores first; a sum that overflows falls back to the exact test."""
+    from companion.decode.steps import _never_generated
+    from companion.errors import NonFiniteOutputError
+
+    huge = torch.full((2, 6), 3e38)  # every score finite, their sum is inf in float32
+    assert not torch.isfinite(huge.sum())
+    out = _never_generated(huge.clone(), pad_id=0, bos_id=1)
+    assert torch.isinf(out[:, :2]).all() and (out[:, 2:] == 3e38).all()
+    for bad in (float("nan"), float("-inf")):
+        scores = torch.zeros(2, 6)
+        scores[1, 4] = bad
+        with pytest.raises(NonFiniteOutputError, match="inf or nan"):
+            _never_generated(scores, pad_id=0, bos_id=1)
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_beam_search_refuses_a_nonfinite_alpha(value, tiny_model, tokens):
     with pytest.raises(ValueError, match="alpha"):
