@@ -271,7 +271,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--direction", choices=(*DIRECTIONS, "both"), default="both", help="which model to make (default: both)"
     )
     parser.add_argument(
-        "--train", action="store_true", help="train first, with TRAIN_COMMANDS (the directions side by side, one thread each)"
+        "--train",
+        action="store_true",
+        help="train first, with TRAIN_COMMANDS (the directions side by side, one thread each)",
     )
     parser.add_argument(
         "--data-dir",
