@@ -1,31 +1,38 @@
 """Export a trained Transformer to ONNX, for decoding outside Python (the book's in-page translator).
 
-:func:`export_onnx` writes two graphs that together do what :mod:`companion.decode` does with the model:
+:func:`export_onnx` writes two graphs that together do what :mod:`companion.decode` does with the model, with a
+key/value cache as :class:`companion.decode.CachedStep` keeps one (``L`` decoder layers, ``H`` heads of width
+``D``):
 
 ``encoder.onnx``
     ``src_ids`` int64 ``[batch, src_len]`` (token ids ending in ``<eos>``, right-padded with ``<pad>``) ->
-    ``memory`` float32 ``[batch, src_len, d_model]`` and ``encoder_attention`` float32
-    ``[encoder_layers, batch, heads, src_len, src_len]``.
+    ``memory`` float32 ``[batch, src_len, d_model]``, ``encoder_attention`` ``[encoder_layers, batch, heads,
+    src_len, src_len]``, and the cross-attention keys and values of every decoder layer, ``cross_keys`` and
+    ``cross_values`` ``[L, batch, H, src_len, D]`` (they depend on the source alone: computed once per sentence).
 ``decoder.onnx``
-    ``tgt_ids`` int64 ``[batch, tgt_len]`` (``<bos>`` and the tokens chosen so far), ``memory``, ``src_ids`` ->
-    ``logits`` float32 ``[batch, tgt_vocab]`` for the token after the last position, with ``<pad>`` and
-    ``<bos>`` at -inf exactly as the searches of :mod:`companion.decode` set them; ``log_probs`` (their
-    log-softmax, what beam search adds up); ``self_attention`` ``[decoder_layers, batch, heads, tgt_len,
-    tgt_len]`` and ``cross_attention`` ``[decoder_layers, batch, heads, tgt_len, src_len]`` for every position.
+    one decoding step: ``token_ids`` int64 ``[batch, 1]`` (the last token of each prefix, ``<bos>`` at the first
+    step), ``src_ids`` (for the padding mask), ``cross_keys``, ``cross_values`` and the self-attention cache
+    ``past_keys``, ``past_values`` ``[L, batch, H, past_len, D]`` (``past_len`` = tokens before this one; 0 at
+    the first step) -> ``logits`` float32 ``[batch, tgt_vocab]`` for the next token, with ``<pad>`` and ``<bos>``
+    at -inf as the searches of :mod:`companion.decode` set them; ``log_probs`` (their log-softmax, what beam
+    search adds up); ``present_keys``, ``present_values`` ``[L, batch, H, past_len + 1, D]`` (the cache for the
+    next step: beam search reorders its rows by parent hypothesis); ``self_attention`` ``[L, batch, H, 1,
+    past_len + 1]`` and ``cross_attention`` ``[L, batch, H, 1, src_len]``, this position's attention rows.
 
-The decoder graph has no key/value cache: each step feeds the whole prefix again. For a model of the book's
-size that costs little and keeps the graph's interface small; the attention weights of the final output then
-come from one more call on the whole output. Each file holds its weights (no external-data file), so a web page
-can fetch it as one asset. Exporting needs the ``onnx`` and ``onnxscript`` packages (``pip install
-attention-executed[export]``); running the graphs needs ``onnxruntime`` (or ONNX Runtime Web in a browser).
+The step graph is built from the layers' weights by :class:`DecoderStepGraph` (the same arithmetic as
+:class:`~companion.model.DecoderLayer` on one new position), not from the model's own cache objects, so the
+graph's interface is its own. Each file holds its weights (no external-data file), so a web page can fetch it as
+one asset. Exporting needs the ``onnx`` and ``onnxscript`` packages (``pip install attention-executed[export]``);
+running the graphs needs ``onnxruntime`` (or ONNX Runtime Web in a browser).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -34,17 +41,67 @@ from torch import nn
 
 from ._validation import check_integer
 from .data import BOS_ID, EOS_ID, PAD_ID, pad_sequences
-from .decode import max_output_lengths, search_greedy
-from .model import Transformer, eval_mode
+from .decode import Finished, max_output_lengths, search_beam, search_greedy
+from .model import DecoderLayer, Transformer, eval_mode
 
-__all__ = ["EncoderGraph", "DecoderGraph", "export_onnx", "load_onnx", "OnnxStep", "onnx_greedy_decode", "ONNX_OPSET"]
+__all__ = [
+    "EncoderGraph",
+    "DecoderStepGraph",
+    "export_onnx",
+    "load_onnx",
+    "OnnxStep",
+    "onnx_greedy_decode",
+    "onnx_beam_search",
+    "ONNX_OPSET",
+    "ENCODER_OUTPUTS",
+    "DECODER_INPUTS",
+    "DECODER_OUTPUTS",
+]
 
 ONNX_OPSET = 18
+ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_keys", "cross_values"]
+DECODER_INPUTS = ["token_ids", "src_ids", "cross_keys", "cross_values", "past_keys", "past_values"]
+DECODER_OUTPUTS = [
+    "logits",
+    "log_probs",
+    "present_keys",
+    "present_values",
+    "self_attention",
+    "cross_attention",
+]
+
+
+def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """``[batch, seq, d_model]`` -> ``[batch, heads, seq, d_head]``."""
+    b, n, d = x.shape
+    return x.reshape(b, n, heads, d // heads).transpose(1, 2)
+
+
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``[batch, heads, seq, d_head]`` -> ``[batch, seq, heads * d_head]``."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
+    """softmax(q k^T / sqrt(d)) v over heads ``[batch, heads, seq, d_head]``; ``mask [batch, 1, 1, n]`` (True =
+    may attend). Returns ``(heads_out, weights [batch, heads, m, n])``."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
+    return [cast(DecoderLayer, layer) for layer in model.decoder.layers]
 
 
 class EncoderGraph(nn.Module):
     """``src_ids [batch, src_len]`` -> ``(memory [batch, src_len, d_model], encoder_attention [layers, batch,
-    heads, src_len, src_len])``: :meth:`~companion.model.Transformer.encode` with every layer's weights stacked.
+    heads, src_len, src_len], cross_keys, cross_values [decoder_layers, batch, heads, src_len, d_head])``:
+    :meth:`~companion.model.Transformer.encode` with every layer's weights stacked, and each decoder layer's
+    cross-attention key and value projections of the memory.
 
     Uses :meth:`~companion.model.Transformer.encode_unchecked` (the id check of ``encode`` reads the ids back to
     the host, which graph capture cannot follow): callers of the exported graph must pass ids inside the source
@@ -55,44 +112,92 @@ class EncoderGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         memory, _, maps = self.model.encode_unchecked(src_ids, need_weights=True)
-        return memory, torch.stack(maps)
+        heads = self.model.config.num_heads
+        keys, values = [], []
+        for layer in _decoder_layers(self.model):
+            keys.append(_split_heads(layer.cross_attn.k_proj(memory), heads))
+            values.append(_split_heads(layer.cross_attn.v_proj(memory), heads))
+        return memory, torch.stack(maps), torch.stack(keys), torch.stack(values)
 
 
-class DecoderGraph(nn.Module):
-    """One decoding step on the whole prefix ``tgt_ids [batch, tgt_len]``.
+class DecoderStepGraph(nn.Module):
+    """One decoding step with a key/value cache, from the decoder layers' weights (see the module docstring).
 
-    Returns ``(logits [batch, tgt_vocab], log_probs [batch, tgt_vocab], self_attention [layers, batch, heads,
-    tgt_len, tgt_len], cross_attention [layers, batch, heads, tgt_len, src_len])``; ``logits`` are the last
-    position's (the only one projected onto the vocabulary), with ``<pad>`` and ``<bos>`` set to -inf (they
-    are never generated).
+    ``forward(token_ids [batch, 1], src_ids [batch, n], cross_keys, cross_values [L, batch, H, n, D],
+    past_keys, past_values [L, batch, H, past, D])`` -> ``(logits [batch, tgt_vocab], log_probs,
+    present_keys, present_values [L, batch, H, past + 1, D], self_attention [L, batch, H, 1, past + 1],
+    cross_attention [L, batch, H, 1, n])``. The new token sits at position ``past`` (its positional encoding);
+    it attends to every cached position and itself (causal by construction), and to the source positions that
+    are not ``<pad>``.
     """
 
     def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
         super().__init__()
         self.model = model
-        self.bos_id = bos_id
         never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
         never[[model.config.pad_id, bos_id]] = True
         self.register_buffer("never_generated", never, persistent=False)
 
+    def _embed(self, token_ids: torch.Tensor, position: int | torch.SymInt) -> torch.Tensor:
+        model = self.model
+        table = model.tgt_pos.table()  # [max_len, d_model] (sinusoidal buffer or learned weight)
+        y = model.tgt_embed(token_ids) * math.sqrt(model.config.d_model)
+        return y + torch.narrow(table, 0, position, 1).to(y.dtype)[None]
+
     def forward(
-        self, tgt_ids: torch.Tensor, memory: torch.Tensor, src_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        src_mask = (src_ids != self.model.config.pad_id)[:, None, None, :]
-        all_logits, maps = self.model.decode_unchecked(tgt_ids, memory, src_mask, need_weights=True, last_only=True)
-        logits = all_logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
-        self_attention = torch.stack([weights for weights, _ in maps])
-        cross_attention = torch.stack([weights for _, weights in maps])
-        return logits, F.log_softmax(logits, dim=-1), self_attention, cross_attention
+        self,
+        token_ids: torch.Tensor,
+        src_ids: torch.Tensor,
+        cross_keys: torch.Tensor,
+        cross_values: torch.Tensor,
+        past_keys: torch.Tensor,
+        past_values: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        model = self.model
+        heads = model.config.num_heads
+        src_mask = (src_ids != model.config.pad_id)[:, None, None, :]
+        y = self._embed(token_ids, past_keys.shape[3])
+        present_k, present_v, self_maps, cross_maps = [], [], [], []
+        for i, layer in enumerate(_decoder_layers(model)):
+            attn = layer.self_attn
+            x = layer.norm1(y) if layer.norm_first else y
+            q = _split_heads(attn.q_proj(x), heads)
+            k = torch.cat([past_keys[i], _split_heads(attn.k_proj(x), heads)], dim=2)
+            v = torch.cat([past_values[i], _split_heads(attn.v_proj(x), heads)], dim=2)
+            out, w_self = _attention(q, k, v, None)
+            out = attn.out_proj(_merge_heads(out))
+            y = y + out if layer.norm_first else layer.norm1(y + out)
+            cross = layer.cross_attn
+            x = layer.norm2(y) if layer.norm_first else y
+            out, w_cross = _attention(_split_heads(cross.q_proj(x), heads), cross_keys[i], cross_values[i], src_mask)
+            out = cross.out_proj(_merge_heads(out))
+            y = y + out if layer.norm_first else layer.norm2(y + out)
+            y = y + layer.ffn(layer.norm3(y)) if layer.norm_first else layer.norm3(y + layer.ffn(y))
+            present_k.append(k)
+            present_v.append(v)
+            self_maps.append(w_self)
+            cross_maps.append(w_cross)
+        if model.decoder.norm is not None:
+            y = model.decoder.norm(y)
+        logits = model.generator(y[:, -1]).float().masked_fill(self.never_generated, float("-inf"))
+        return (
+            logits,
+            F.log_softmax(logits, dim=-1),
+            torch.stack(present_k),
+            torch.stack(present_v),
+            torch.stack(self_maps),
+            torch.stack(cross_maps),
+        )
 
 
 def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int = BOS_ID) -> dict[str, Path]:
     """Write ``encoder.onnx`` and ``decoder.onnx`` for ``model`` into ``directory`` (see the module docstring).
 
-    The graphs take any batch size and lengths up to the model's ``max_len``. Each file is written to a
-    temporary name and renamed when complete, so an interrupted export leaves no half-written graph.
+    The graphs take any batch size (beam rows), source lengths up to the model's ``max_len`` and cache lengths
+    from 0 to ``max_len - 1``. Each file is written to a temporary name and renamed when complete, so an
+    interrupted export leaves no half-written graph.
 
     Returns:
         the paths written, ``{"encoder": ..., "decoder": ...}``.
@@ -104,29 +209,38 @@ def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int
     out.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device
     src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]], device=device)  # any in-vocabulary ids, one padded row
-    tgt = torch.tensor([[bos_id, 5, 6], [bos_id, 7, 0]], device=device)
-    batch, src_len, tgt_len = torch.export.Dim("batch"), torch.export.Dim("src_len"), torch.export.Dim("tgt_len")
+    tokens = torch.tensor([[5], [7]], device=device)
+    batch, src_len = torch.export.Dim("batch"), torch.export.Dim("src_len", max=model.config.max_len)
+    past_len = torch.export.Dim("past_len", max=model.config.max_len - 1)
     with eval_mode(model), torch.no_grad():
-        memory, _ = EncoderGraph(model)(src)
+        _, _, cross_keys, cross_values = EncoderGraph(model)(src)
+        layers, _, heads, _, d_head = cross_keys.shape
+        past = torch.randn(layers, 2, heads, 3, d_head, device=device)  # any cache of 3 earlier positions
+        static = torch.export.Dim.STATIC
+        kv = {0: static, 1: batch, 2: static, 3: src_len, 4: static}
+        cache = {0: static, 1: batch, 2: static, 3: past_len, 4: static}
         paths = {
             "encoder": _export(
                 EncoderGraph(model),
                 (src,),
                 out / "encoder.onnx",
                 ["src_ids"],
-                ["memory", "encoder_attention"],
+                ENCODER_OUTPUTS,
                 {"src_ids": {0: batch, 1: src_len}},
             ),
             "decoder": _export(
-                DecoderGraph(model, bos_id),
-                (tgt, memory, src),
+                DecoderStepGraph(model, bos_id),
+                (tokens, src, cross_keys, cross_values, past, past.clone()),
                 out / "decoder.onnx",
-                ["tgt_ids", "memory", "src_ids"],
-                ["logits", "log_probs", "self_attention", "cross_attention"],
+                DECODER_INPUTS,
+                DECODER_OUTPUTS,
                 {
-                    "tgt_ids": {0: batch, 1: tgt_len},
-                    "memory": {0: batch, 1: src_len},
+                    "token_ids": {0: batch, 1: static},
                     "src_ids": {0: batch, 1: src_len},
+                    "cross_keys": kv,
+                    "cross_values": kv,
+                    "past_keys": cache,
+                    "past_values": cache,
                 },
             ),
         }
@@ -184,20 +298,59 @@ def load_onnx(directory: str | os.PathLike, *, threads: int = 1) -> dict[str, An
 
 
 class OnnxStep:
-    """A step function (:class:`companion.decode.DecoderStep`) over the exported decoder graph: each step feeds the
-    whole prefix ``[rows, t]`` (the graph has no cache) with each row's ``memory`` and source ids."""
+    """A step function (:class:`companion.decode.DecoderStep`) over the exported graphs with their key/value
+    cache: each call feeds only the last token of every prefix ``[rows, t]`` and the cache of the ``t - 1``
+    tokens before it; ``select`` reorders the cache rows (and, unless ``same_sources``, each row's source,
+    cross-attention keys and values) as the search keeps, drops or repeats rows.
 
-    def __init__(self, decoder: Any, memory: np.ndarray, src: np.ndarray) -> None:
-        self.decoder, self.memory, self.src = decoder, memory, src
+    ``encoded`` is the encoder graph's outputs for ``src [rows, n]`` (``memory, encoder_attention, cross_keys,
+    cross_values``). After each call, ``self_attention`` and ``cross_attention`` hold that step's attention rows.
+    """
+
+    def __init__(self, decoder: Any, src: np.ndarray, cross_keys: np.ndarray, cross_values: np.ndarray) -> None:
+        self.decoder, self.src = decoder, src
+        self.cross_keys, self.cross_values = cross_keys, cross_values
+        layers, rows, heads, _, d_head = cross_keys.shape
+        self.past_keys = np.zeros((layers, rows, heads, 0, d_head), dtype=np.float32)
+        self.past_values = self.past_keys.copy()
+        self.self_attention: np.ndarray | None = None
+        self.cross_attention: np.ndarray | None = None
 
     def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
-        feeds = {"tgt_ids": prefixes.numpy(), "memory": self.memory, "src_ids": self.src}
-        return torch.from_numpy(self.decoder.run(["logits"], feeds)[0])  # <pad>, <bos> at -inf in the graph
+        if prefixes.shape[1] != self.past_keys.shape[3] + 1:
+            raise ValueError(
+                f"prefixes must be one token longer than the cache ({self.past_keys.shape[3]} positions), "
+                f"got length {prefixes.shape[1]}"
+            )
+        feeds = {
+            "token_ids": prefixes[:, -1:].numpy(),
+            "src_ids": self.src,
+            "cross_keys": self.cross_keys,
+            "cross_values": self.cross_values,
+            "past_keys": self.past_keys,
+            "past_values": self.past_values,
+        }
+        logits, _, self.past_keys, self.past_values, self.self_attention, self.cross_attention = self.decoder.run(
+            DECODER_OUTPUTS, feeds
+        )
+        return torch.from_numpy(logits)  # <pad>, <bos> at -inf in the graph
 
     def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        index = rows.numpy()
+        self.past_keys, self.past_values = self.past_keys[:, index], self.past_values[:, index]
         if not same_sources:
-            index = rows.numpy()
-            self.memory, self.src = self.memory[index], self.src[index]
+            self.src = self.src[index]
+            self.cross_keys, self.cross_values = self.cross_keys[:, index], self.cross_values[:, index]
+
+
+def _encoded_step(sessions: dict[str, Any], sources: Sequence[Sequence[int]], repeat: int = 1):
+    """Pad ``sources``, run the encoder graph, and return ``(src, OnnxStep)`` with each row repeated ``repeat``
+    times (beam search's rows ``sentence * k + beam``)."""
+    src = pad_sequences([list(ids) for ids in sources], PAD_ID)
+    _, _, cross_keys, cross_values = sessions["encoder"].run(ENCODER_OUTPUTS, {"src_ids": src.numpy()})
+    rows = np.repeat(np.arange(len(sources)), repeat)
+    step = OnnxStep(sessions["decoder"], src.numpy()[rows], cross_keys[:, rows], cross_values[:, rows])
+    return src, step
 
 
 def onnx_greedy_decode(
@@ -217,8 +370,26 @@ def onnx_greedy_decode(
     """
     if not sources:
         return []
-    src = pad_sequences([list(ids) for ids in sources], PAD_ID)
+    src, step = _encoded_step(sessions, sources)
     limits = max_output_lengths(src, PAD_ID, max_extra_len, max_len)
-    memory = sessions["encoder"].run(["memory"], {"src_ids": src.numpy()})[0]
-    step = OnnxStep(sessions["decoder"], memory, src.numpy())
     return search_greedy(step, limits, bos_id=bos_id, eos_id=eos_id)
+
+
+def onnx_beam_search(
+    sessions: dict[str, Any],
+    sources: Sequence[Sequence[int]],
+    beam_size: int,
+    *,
+    max_len: int,
+    max_extra_len: int = 50,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[Finished]]:
+    """Beam search over the exported graphs: :func:`companion.decode.search_beam` over an :class:`OnnxStep`
+    (rows ``sentence * beam_size + beam``); returns each sentence's finished hypotheses, as ``search_beam``
+    does (pick the winner with :func:`companion.decode.best_hypothesis`)."""
+    if not sources:
+        return []
+    src, step = _encoded_step(sessions, sources, repeat=beam_size)
+    limits = max_output_lengths(src, PAD_ID, max_extra_len, max_len)
+    return search_beam(step, limits, beam_size, bos_id=bos_id, eos_id=eos_id)

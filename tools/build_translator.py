@@ -3,15 +3,18 @@
 Usage (from the repository root, virtual environment active)::
 
     python tools/build_translator.py            # writes book/_generated/translator/
+    python tools/build_translator.py --checkpoint en-de=/tmp/run/model.pt   # another checkpoint for a direction
 
 The folder is served as ``_static/translator/`` on every page (``html_static_path`` in ``_config.yml``) and
 holds everything the translator needs, so the page loads nothing from another host:
 
-- ``encoder.onnx``, ``decoder.onnx``: the shipped model (``pretrained/de-en-small.pt``) exported by
-  :func:`companion.export.export_onnx`;
-- ``model.json``: the model card (data, size, test BLEU with sacreBLEU signatures, training command, the
-  Multi30k terms), the decoding settings, both vocabularies, spaCy's German tokenizer rules for the page's
-  tokenizer, and example sentences (the first ``--examples`` German sentences of test_2016_flickr);
+- ``manifest.json``: the directions the page offers (``de-en`` and ``en-de``: each shipped model of
+  :func:`companion.load_pretrained`), with their languages and folders; the first is the page's default;
+- per direction, a folder ``de-en/``, ``en-de/`` with ``encoder.onnx`` and ``decoder.onnx`` (the model exported
+  by :func:`companion.export.export_onnx`: the encoder, and one decoder step with a key/value cache) and
+  ``model.json``: the model card (data, size, test BLEU with sacreBLEU signatures, training command, the
+  Multi30k terms), the decoding settings, both vocabularies, spaCy's tokenizer rules of the source language for
+  the page's tokenizer, and example sentences (the first ``--examples`` source sentences of test_2016_flickr);
 - the page's scripts and stylesheet (copied from ``web/translator/``);
 - ``ort/``: ONNX Runtime Web's WASM build, copied from ``web/node_modules`` (``npm ci --prefix web`` installs
   the version pinned in ``web/package-lock.json``).
@@ -37,8 +40,11 @@ ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs")
 # The page loads them in this order (html_js_files in _config.yml): translator.js uses the other two scripts.
 PAGE_FILES = ("tokenizer.js", "search.js", "heatmap.js", "translator.js", "translator.css")
-# The widest beam the page offers (each step runs the decoder graph on every beam, without a cache).
+# The widest beam the page offers (each step runs the decoder step graph on every beam).
 MAX_BEAM_SIZE = 8
+# The directions the page offers, in this order (the first is the default): (id, source, target language)
+DIRECTIONS = (("de-en", "de", "en"), ("en-de", "en", "de"))
+LANGUAGE_NAMES = {"de": "German", "en": "English"}
 CARD_KEYS = ("name", "task", "data", "steps", "training_command", "packaging_command", "history", "terms", "date")
 
 
@@ -47,7 +53,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT})")
     parser.add_argument("--examples", type=int, default=40, help="example sentences from the test set (default: 40)")
     parser.add_argument("--data-dir", default=None, help="Multi30k folder (default: COMPANION_DATA_DIR or the hub)")
+    parser.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="DIRECTION=PATH",
+        help="a checkpoint to export for a direction instead of its shipped model (repeatable), e.g. en-de=model.pt",
+    )
     return parser.parse_args(argv)
+
+
+def parse_checkpoints(values: list[str]) -> dict[str, pathlib.Path]:
+    """``["en-de=PATH", ...]`` -> ``{"en-de": PATH}``; a direction outside DIRECTIONS or a missing file stops."""
+    known = [direction for direction, _, _ in DIRECTIONS]
+    checkpoints = {}
+    for value in values:
+        direction, sep, path = value.partition("=")
+        if not sep or direction not in known or not path:
+            raise SystemExit(f"--checkpoint must be DIRECTION=PATH with DIRECTION one of {known}, got {value!r}")
+        if not pathlib.Path(path).is_file():
+            raise SystemExit(f"--checkpoint {direction}: no file at {path}")
+        checkpoints[direction] = pathlib.Path(path)
+    return checkpoints
 
 
 def check_runtime_files() -> None:
@@ -70,17 +97,27 @@ def model_card(pretrained, onnx_bytes: dict[str, int]) -> dict:
     facts["parameters"] = pretrained.model.num_parameters()
     facts["test"] = card["test"]
     facts["checkpoint_bytes"] = pretrained.path.stat().st_size
+    path = pretrained.path.resolve()
+    facts["checkpoint_file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     facts["onnx_bytes"] = onnx_bytes
     return facts
 
 
-def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str]) -> dict:
+def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], direction: str = "de-en") -> dict:
     from companion.data.spacy_export import spacy_tokenizer_rules
     from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
     from companion.decode import MAX_ALPHA
 
     config = pretrained.model.config
+    source, target = pretrained.src_tokenizer.language, pretrained.tgt_tokenizer.language
     return {
+        "direction": {
+            "id": direction,
+            "source": source,
+            "target": target,
+            "source_name": LANGUAGE_NAMES.get(source, source),
+            "target_name": LANGUAGE_NAMES.get(target, target),
+        },
         "card": model_card(pretrained, onnx_bytes),
         "config": {
             "d_model": config.d_model,
@@ -110,38 +147,56 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str]) -> d
     }
 
 
-def build(out: pathlib.Path, n_examples: int, data_dir: str | None) -> pathlib.Path:
+def build_direction(folder: pathlib.Path, direction: str, source: str, target: str, n_examples: int, data_dir, path):
+    """Export one direction's model into ``folder`` and write its model.json; returns the manifest entry."""
     from companion import load_pretrained
     from companion.data import load_multi30k
     from companion.export import export_onnx
 
+    pretrained = load_pretrained(direction=direction, path=path, download=False)
+    languages = (pretrained.src_tokenizer.language, pretrained.tgt_tokenizer.language)
+    if languages != (source, target):
+        raise SystemExit(f"build_translator: the {direction} model translates {languages[0]} -> {languages[1]}")
+    examples = [src for src, _ in load_multi30k(source, target, data_dir=data_dir)["test"][:n_examples]]
+    folder.mkdir()
+    paths = export_onnx(pretrained.model, folder)
+    sizes = {name: p.stat().st_size for name, p in paths.items()}
+    record = model_json(pretrained, sizes, examples, direction)
+    (folder / "model.json").write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(
+        f"build_translator: {direction} from {pretrained.path} (encoder {sizes['encoder'] / 1e6:.1f} MB, "
+        f"decoder {sizes['decoder'] / 1e6:.1f} MB)"
+    )
+    return {"id": direction, **record["direction"], "folder": direction + "/"}
+
+
+def build(out: pathlib.Path, n_examples: int, data_dir: str | None, checkpoints: dict | None = None) -> pathlib.Path:
     check_runtime_files()
-    pretrained = load_pretrained(download=False)
-    examples = [german for german, _ in load_multi30k("de", "en", data_dir=data_dir)["test"][:n_examples]]
+    checkpoints = checkpoints or {}
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".translator-", dir=out.parent))
     try:
-        paths = export_onnx(pretrained.model, staging)
-        sizes = {name: path.stat().st_size for name, path in paths.items()}
-        record = model_json(pretrained, sizes, examples)
-        (staging / "model.json").write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+        entries = [
+            build_direction(staging / direction, direction, src, tgt, n_examples, data_dir, checkpoints.get(direction))
+            for direction, src, tgt in DIRECTIONS
+        ]
+        manifest = {"directions": entries, "default": entries[0]["id"]}
+        (staging / "manifest.json").write_text(json.dumps(manifest, ensure_ascii=False) + "\n", encoding="utf-8")
         for name in PAGE_FILES:
             shutil.copy2(WEB / "translator" / name, staging / name)
         (staging / "ort").mkdir()
         for name in ORT_FILES:
             shutil.copy2(ORT_DIST / name, staging / "ort" / name)
+        for folder in [staging, *(staging / e["id"] for e in entries)]:
+            folder.chmod(0o755)  # mkdtemp makes it private; the site's files must be readable by a web server
         if out.exists():
             shutil.rmtree(out)
-        staging.chmod(0o755)  # mkdtemp makes it private; the site's files must be readable by a web server
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    print(
-        f"build_translator: wrote {out} ({total / 1e6:.1f} MB; encoder {sizes['encoder'] / 1e6:.1f} MB, "
-        f"decoder {sizes['decoder'] / 1e6:.1f} MB)"
-    )
+    print(f"build_translator: wrote {out} ({total / 1e6:.1f} MB; directions {', '.join(e['id'] for e in entries)})")
     return out
 
 
@@ -149,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.examples < 1:
         raise SystemExit(f"--examples must be a positive integer, got {args.examples}")
-    build(args.out.resolve(), args.examples, args.data_dir)
+    build(args.out.resolve(), args.examples, args.data_dir, parse_checkpoints(args.checkpoint))
     return 0
 
 

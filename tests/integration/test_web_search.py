@@ -1,8 +1,10 @@
 """The in-page translator's search (web/translator/search.js) is companion.decode's search: both run on the same
 deterministic step tables (next-token logits by the prefix's last token and position), Python through
 :func:`companion.decode.search_greedy` / :func:`~companion.decode.search_beam` and JavaScript under Node, and give
-the same ids and scores. One node process (web/translator/search_cli.mjs) runs every case. The page's own search
-over the exported model is compared with Python in Chromium by tests/website/test_translator.py."""
+the same ids and scores. The JavaScript step also checks the parent rows search.js passes (what the page's
+key/value cache is reordered by) and each result's trail (which call and row computed each output position, what
+the page gathers its attention maps from). One node process (web/translator/search_cli.mjs) runs every case. The
+page's own search over the exported model is compared with Python in Chromium by tests/website/test_translator.py."""
 
 from __future__ import annotations
 
@@ -110,5 +112,6 @@ def test_javascript_search_equals_python(seed, javascript_results):
             assert result["score"] is None
         else:
             assert result["score"] == pytest.approx(score, abs=1e-5), (beam_size, alpha, limit)
+        assert result["trailMatches"], (beam_size, alpha, limit)  # the attention rows the page gathers
         ended[result["endedWithEos"]] += 1
     assert ended[True] > 0  # the cases exercise <eos>

@@ -1,11 +1,14 @@
 """The in-page translator (book/translator.md, web/translator/) in headless Chromium against the Python package.
 
-The page runs the book's shipped model with ONNX Runtime Web; these tests check it against `companion` itself:
+The page runs the book's shipped models (de->en and en->de, listed in manifest.json) with ONNX Runtime Web and
+the decoder graph's key/value cache; these tests check it against `companion` itself:
 
-* the page loads with no request off 127.0.0.1 and no JavaScript error, and its model card shows model.json's facts;
-* on twelve test_2016_flickr sentences (the shortest, the longest and ten lengths in between) the page's source ids
-  equal the Python tokenizer's, and its output ids and text equal `greedy_decode` / `beam_search` on the same
-  source ids, for greedy search, beam 4 with alpha 0.6 and beam 8 with alpha 1.0;
+* the page loads with no request off 127.0.0.1 and no JavaScript error, and its model card shows each direction's
+  model.json facts;
+* in each direction, on twelve test_2016_flickr sentences (the shortest, the longest and ten lengths in between)
+  the page's source ids equal the Python tokenizer's, and its output ids and text equal `greedy_decode` /
+  `beam_search` on the same source ids, for greedy search, beam 4 with alpha 0.6 and beam 8 with alpha 1.0;
+* the direction switch gives the other direction's examples, labels and translations;
 * the heatmaps render with one row and column per token, and the colour of every cell is matplotlib's viridis
   colour of the weight PyTorch computes for that cell (teacher-forced on the page's output);
 * an empty box, unknown words, a source past max_len and non-Latin letters each give their message and the
@@ -31,6 +34,7 @@ HTML = ROOT / "_build" / "html"
 PAGE = "book/translator.html"
 ASSETS = HTML / "_static" / "translator"
 LATENCY_REPORT = ROOT / "artifacts" / "translator_latency.json"
+DIRECTIONS = ("de-en", "en-de")  # the first is the page's default
 N_SENTENCES = 12
 # (beam size, alpha): greedy search, the paper's setting, and the widest beam the page offers with another alpha
 SEARCHES = [(1, 0.0), (4, 0.6), (8, 1.0)]
@@ -40,7 +44,7 @@ NON_LATIN_SENTENCE = "Ein Mann fährt mit dem Fahrrad nach 東京 und Москв
 TIMEOUT_MS = 120_000
 
 pytestmark = pytest.mark.skipif(
-    not (ASSETS / "model.json").is_file(), reason="the site was built without the translator (run `make site`)"
+    not (ASSETS / "manifest.json").is_file(), reason="the site was built without the translator (run `make site`)"
 )
 
 
@@ -48,34 +52,74 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """The shipped model and tokenizers, loaded by the package (no download)."""
+def references() -> dict:
+    """Per direction, the model the page runs and its tokenizers, loaded by the package from the checkpoint the
+    site was built from (model.json's card names it: the shipped model, or build_translator's --checkpoint)."""
     import torch
 
     import companion
 
     torch.set_num_threads(1)
-    return companion.load_pretrained(download=False)
+    loaded = {}
+    for direction in DIRECTIONS:
+        card = json.loads((ASSETS / direction / "model.json").read_text(encoding="utf-8"))["card"]
+        path = pathlib.Path(card["checkpoint_file"])
+        path = path if path.is_absolute() else ROOT / path
+        loaded[direction] = companion.load_pretrained(
+            direction=direction, path=path if path.is_file() else None, download=False
+        )
+    return loaded
 
 
 @pytest.fixture(scope="module")
-def model_json() -> dict:
-    return json.loads((ASSETS / "model.json").read_text(encoding="utf-8"))
+def reference(references):
+    """The default direction's (de->en) reference."""
+    return references[DIRECTIONS[0]]
 
 
 @pytest.fixture(scope="module")
-def test_sentences(reference) -> list[str]:
-    """Twelve German sentences of test_2016_flickr spread over its range of lengths, shortest and longest included."""
+def manifest() -> dict:
+    return json.loads((ASSETS / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def model_jsons() -> dict:
+    return {d: json.loads((ASSETS / d / "model.json").read_text(encoding="utf-8")) for d in DIRECTIONS}
+
+
+@pytest.fixture(scope="module")
+def model_json(model_jsons) -> dict:
+    return model_jsons[DIRECTIONS[0]]
+
+
+def spread_sentences(reference, sources: list[str]) -> list[str]:
+    """N_SENTENCES of ``sources`` spread over their range of token lengths, shortest and longest included."""
+    lengths = [len(ids) for ids in reference.src_tokenizer.encode_batch(sources)]
+    order = sorted(range(len(sources)), key=lambda i: (lengths[i], i))
+    picks = [order[round(q * (len(order) - 1) / (N_SENTENCES - 1))] for q in range(N_SENTENCES)]
+    return [sources[i] for i in picks]
+
+
+@pytest.fixture(scope="module")
+def direction_sentences(references) -> dict[str, list[str]]:
+    """Per direction, twelve source sentences of test_2016_flickr spread over its range of lengths."""
     from companion.data import load_multi30k
 
-    try:
-        german = [de for de, _ in load_multi30k("de", "en")["test"]]
-    except Exception as error:  # offline without COMPANION_DATA_DIR
-        pytest.skip(f"Multi30k is not available: {error}")
-    lengths = [len(ids) for ids in reference.src_tokenizer.encode_batch(german)]
-    order = sorted(range(len(german)), key=lambda i: (lengths[i], i))
-    picks = [order[round(q * (len(order) - 1) / (N_SENTENCES - 1))] for q in range(N_SENTENCES)]
-    return [german[i] for i in picks]
+    sentences = {}
+    for direction in DIRECTIONS:
+        source, target = direction.split("-")
+        try:
+            pairs = load_multi30k(source, target)["test"]
+        except Exception as error:  # offline without COMPANION_DATA_DIR
+            pytest.skip(f"Multi30k is not available: {error}")
+        sentences[direction] = spread_sentences(references[direction], [src for src, _ in pairs])
+    return sentences
+
+
+@pytest.fixture(scope="module")
+def test_sentences(direction_sentences) -> list[str]:
+    """The default direction's (German) test sentences."""
+    return direction_sentences[DIRECTIONS[0]]
 
 
 def python_source_ids(reference, text: str) -> tuple[list[int], bool]:
@@ -147,12 +191,13 @@ class TranslatorPage:
         assert self.page.get_attribute(".translator-app", "data-state") != "load-error", status
 
     def translate(self, items: list[dict]) -> list[dict]:
-        """CompanionTranslator.translate for each {text, beamSize, alpha}; the plain fields of each result."""
+        """CompanionTranslator.translate for each {text, beamSize, alpha, direction?}; the plain fields of each
+        result."""
         return self.page.evaluate(
             """async (items) => {
                 const out = [];
                 for (const item of items) {
-                    const options = {beamSize: item.beamSize, alpha: item.alpha};
+                    const options = {beamSize: item.beamSize, alpha: item.alpha, direction: item.direction};
                     const r = await CompanionTranslator.translate(item.text, options);
                     out.push({ids: r.ids, text: r.text, sourceIds: r.sourceIds, sourceTokens: r.sourceTokens,
                               truncated: r.truncated, endedWithEos: r.endedWithEos, score: r.score,
@@ -235,27 +280,40 @@ def _median(values: list[float]) -> float:
 # -- the tests ------------------------------------------------------------------------------------------------
 
 
-def test_page_loads_offline_and_shows_the_model_card(translator, model_json, screenshot_dir):
-    card = model_json["card"]
+def test_page_loads_offline_and_shows_the_model_card(translator, manifest, model_jsons, model_json, screenshot_dir):
+    assert [d["id"] for d in manifest["directions"]] == list(DIRECTIONS) and manifest["default"] == DIRECTIONS[0]
+    translator.page.wait_for_function(
+        f"document.querySelectorAll('.translator-model-card table').length === {len(DIRECTIONS)}", timeout=TIMEOUT_MS
+    )
     text = translator.page.inner_text(".translator-model-card")
-    assert f"{card['parameters']:,}" in text
-    for search in ("greedy", "beam4"):
-        assert f"{card['test'][search]['bleu']:.2f}" in text
-        assert card["test"][search]["bleu_signature"] in text
-    assert card["training_command"] in text
-    assert card["terms"] in text
-    assert f"{card['onnx_bytes']['encoder']:,} bytes" in text and f"{card['onnx_bytes']['decoder']:,} bytes" in text
+    for direction in DIRECTIONS:
+        card = model_jsons[direction]["card"]
+        assert f"{card['parameters']:,}" in text
+        for search in ("greedy", "beam4"):
+            assert f"{card['test'][search]['bleu']:.2f}" in text
+            assert card["test"][search]["bleu_signature"] in text
+        assert card["training_command"] in text
+        assert card["terms"] in text
+        assert f"{card['onnx_bytes']['encoder']:,} bytes" in text
+        assert f"{card['onnx_bytes']['decoder']:,} bytes" in text
     options = translator.page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")
     assert options[1:] == model_json["examples"]
+    switch = translator.page.eval_on_selector_all(".translator-app .tr-direction option", "os => os.map(o => o.value)")
+    assert switch == list(DIRECTIONS)
     translator.page.screenshot(path=str(screenshot_dir / "book_translator_loaded.png"), full_page=True)
     translator.assert_clean()
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize(("beam_size", "alpha"), SEARCHES, ids=["greedy", "beam4-alpha0.6", "beam8-alpha1.0"])
-def test_translations_equal_python(translator, reference, test_sentences, latency_report, beam_size, alpha):
-    results = translator.translate([{"text": s, "beamSize": beam_size, "alpha": alpha} for s in test_sentences])
+def test_translations_equal_python(
+    translator, references, direction_sentences, latency_report, direction, beam_size, alpha
+):
+    reference, sentences = references[direction], direction_sentences[direction]
+    items = [{"text": s, "beamSize": beam_size, "alpha": alpha, "direction": direction} for s in sentences]
+    results = translator.translate(items)
     mismatches = []
-    for sentence, result in zip(test_sentences, results):
+    for sentence, result in zip(sentences, results):
         ids, truncated = python_source_ids(reference, sentence)
         assert result["sourceIds"] == ids, f"the page's tokenizer differs from Python's on {sentence!r}"
         assert result["truncated"] is truncated
@@ -264,10 +322,10 @@ def test_translations_equal_python(translator, reference, test_sentences, latenc
             mismatches.append((sentence, result["text"], reference.tgt_tokenizer.decode(expected)))
         elif score is not None:  # the same winner with the same length-normalised score (float32 sums)
             assert result["score"] == pytest.approx(score, abs=1e-4), f"beam score of {sentence!r}"
-    assert not mismatches, f"{len(mismatches)} of {len(results)} outputs differ from Python: {mismatches}"
+    assert not mismatches, f"{len(mismatches)} of {len(results)} {direction} outputs differ from Python: {mismatches}"
     name = "greedy" if beam_size == 1 else f"beam{beam_size}_alpha{alpha}"
     times = [r["timings"]["totalMs"] for r in results]
-    latency_report.setdefault("per_sentence", {})[name] = {
+    latency_report.setdefault("per_sentence", {})[f"{direction}/{name}"] = {
         "sentences": len(times),
         "median_ms": _median(times),
         "max_ms": max(times),
@@ -275,6 +333,38 @@ def test_translations_equal_python(translator, reference, test_sentences, latenc
         "source_tokens_each": [len(r["sourceIds"]) for r in results],
         "median_decoder_calls": _median([r["timings"]["decoderCalls"] for r in results]),
     }
+    translator.assert_clean()
+
+
+def test_direction_switch_changes_examples_labels_and_model(translator, references, model_jsons, direction_sentences):
+    """The app's direction switch: the other direction's test sentences and language labels, and its translations
+    equal Python's; switching back restores the default direction."""
+    page = translator.page
+    app = page.locator(".translator-app")
+    other = DIRECTIONS[1]
+    info = model_jsons[other]
+    app.locator(".tr-direction").select_option(other)
+    page.wait_for_function(
+        "document.querySelector('.translator-app .tr-status').dataset.kind === 'ready'", timeout=TIMEOUT_MS
+    )
+    options = page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")
+    assert options[1:] == info["examples"]
+    assert app.locator(".tr-label").inner_text() == f"{info['direction']['source_name']} sentence"
+    sentence = direction_sentences[other][5]
+    translator.ui_translate(sentence, greedy=False)
+    result = page.evaluate("CompanionTranslator.apps[0].result.direction")
+    assert result == other
+    reference = references[other]
+    ids, _ = python_source_ids(reference, sentence)
+    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, 4, 0.6))
+    assert app.locator(".tr-output-text").inner_text() == expected
+    assert app.locator(".tr-output-text").get_attribute("lang") == info["direction"]["target"]
+    app.locator(".tr-direction").select_option(DIRECTIONS[0])
+    page.wait_for_function(
+        "document.querySelector('.translator-app .tr-status').dataset.kind === 'ready'", timeout=TIMEOUT_MS
+    )
+    options = page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")
+    assert options[1:] == model_jsons[DIRECTIONS[0]]["examples"]
     translator.assert_clean()
 
 
@@ -441,7 +531,7 @@ def test_compact_panel_translates_like_python(translator, reference, test_senten
 def test_model_file_that_fails_to_load_gives_a_message(browser, site_url):
     context = browser.new_context()
     page = TranslatorPage(context, f"{site_url}/{PAGE}")
-    page.page.route("**/decoder.onnx", lambda route: route.fulfill(status=404, body="not here"))
+    page.page.route("**/de-en/decoder.onnx", lambda route: route.fulfill(status=404, body="not here"))
     page.open()
     page.page.wait_for_function(
         "document.querySelector('.translator-app').dataset.state === 'load-error'", timeout=TIMEOUT_MS

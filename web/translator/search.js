@@ -2,10 +2,19 @@
  * Greedy and beam search in JavaScript: companion.decode's searches (search_greedy, search_beam) for one
  * sentence, for the book's in-page translator (translator.js). Pure functions over a step callback, no DOM:
  *
- *   step(prefixes, output) -> Promise of [rows * vocab] numbers: the decoder graph's `output` ("logits" for
- *                             greedy search, "log_probs" for beam search) for each prefix ([<bos>, ...] each)
- *   greedySearch(step, limit, config, vocab, onProgress)          -> {ids, endedWithEos, score: null, decoderCalls}
- *   beamSearch(step, limit, k, alpha, config, vocab, onProgress)  -> {ids, endedWithEos, score, decoderCalls}
+ *   step(prefixes, output, parents) -> Promise of [rows * vocab] numbers: the decoder graph's `output` ("logits"
+ *                             for greedy search, "log_probs" for beam search) for each prefix ([<bos>, ...] each);
+ *                             parents[i] is the row of the previous call whose prefix prefixes[i] extends by one
+ *                             token (null at the first call), so a step with a key/value cache feeds only the last
+ *                             token of each prefix after reordering its cache rows by parent
+ *   greedySearch(step, limit, config, vocab, onProgress)
+ *       -> {ids, endedWithEos, score: null, decoderCalls, trail}
+ *   beamSearch(step, limit, k, alpha, config, vocab, onProgress)
+ *       -> {ids, endedWithEos, score, decoderCalls, trail}
+ *
+ * `trail` lists, for each position of [<bos>, ...ids] that predicted a token of the result (<eos> included when
+ * it ended with one), the [call, row] of the step call that computed it: the caller can gather that call's
+ * per-row outputs (the attention rows) into the winner's attention maps without another decoder call.
  *   checkSearchOptions(options, decoding)   -> {beamSize, alpha}: the limits come from model.json's "decoding"
  *                                              (max_beam_size, max_alpha = companion.decode.MAX_ALPHA)
  *
@@ -66,15 +75,17 @@
    */
   async function greedySearch(step, limit, config, vocab, onProgress) {
     const ids = [];
+    const trail = [];
     let calls = 0;
     for (;;) {
-      const logits = await step([[config.bos_id].concat(ids)], "logits");
+      const logits = await step([[config.bos_id].concat(ids)], "logits", calls === 0 ? null : [0]);
+      trail.push([calls, 0]);
       calls++;
       const token = argmax(logits, 0, vocab);
-      if (token === config.eos_id) return { ids, endedWithEos: true, score: null, decoderCalls: calls };
+      if (token === config.eos_id) return { ids, endedWithEos: true, score: null, decoderCalls: calls, trail };
       ids.push(token);
       if (onProgress) onProgress(ids);
-      if (ids.length >= limit) return { ids, endedWithEos: false, score: null, decoderCalls: calls };
+      if (ids.length >= limit) return { ids, endedWithEos: false, score: null, decoderCalls: calls, trail };
     }
   }
 
@@ -87,8 +98,8 @@
     get full() {
       return this.items.length >= this.beamSize;
     }
-    add(score, ids, endedWithEos, force) {
-      if (force || !this.full) this.items.push({ score, ids, endedWithEos });
+    add(score, ids, endedWithEos, force, trail) {
+      if (force || !this.full) this.items.push({ score, ids, endedWithEos, trail });
     }
     best() {
       // Python's max(): the first of equal maxima
@@ -135,41 +146,56 @@
    * cannot produce a finite candidate. Returns {ids, endedWithEos, score, decoderCalls}.
    */
   async function beamSearch(step, limit, k, alpha, config, vocab, onProgress) {
-    let beams = [{ ids: [], score: 0 }];
-    for (let i = 1; i < k; i++) beams.push({ ids: [], score: -Infinity });
+    // trail: the [call, row] that computed each position of the beam's prefix (see the header)
+    let beams = [{ ids: [], score: 0, trail: [] }];
+    for (let i = 1; i < k; i++) beams.push({ ids: [], score: -Infinity, trail: [] });
     const finished = new FinishedHypotheses(k);
     let calls = 0;
     for (let t = 1; ; t++) {
       const alive = [];
       const rowOfBeam = beams.map((beam, i) => (beam.score === -Infinity ? -1 : alive.push(i) - 1));
+      const parents = t === 1 ? null : alive.map((i) => beams[i].trail[beams[i].trail.length - 1][1]);
       const logProbs = await step(
         alive.map((i) => [config.bos_id].concat(beams[i].ids)),
-        "log_probs"
+        "log_probs",
+        parents
       );
+      const call = calls;
       calls++;
+      const trailOf = (beam) => beams[beam].trail.concat([[call, rowOfBeam[beam]]]);
       const candidates = topCandidates(beams, logProbs, rowOfBeam, k, vocab);
       const penalty = lengthPenalty(t, alpha);
       for (let rank = 0; rank < Math.min(k, candidates.length); rank++) {
         const c = candidates[rank];
         if (c.token === config.eos_id && Number.isFinite(c.score)) {
-          finished.add(c.score / penalty, beams[c.beam].ids.slice(), true, false);
+          finished.add(c.score / penalty, beams[c.beam].ids.slice(), true, false, trailOf(c.beam));
         }
       }
       // the k best candidates that do not end in <eos> (candidates are sorted; a stable filter keeps topk's order)
       const next = candidates.filter((c) => c.token !== config.eos_id).slice(0, k);
       while (next.length < k) next.push({ score: -Infinity, beam: 0, token: config.eos_id }); // never in practice
-      beams = next.map((c) => ({ ids: beams[c.beam].ids.concat([c.token]), score: c.score }));
+      beams = next.map((c) => ({
+        ids: beams[c.beam].ids.concat([c.token]),
+        score: c.score,
+        trail: Number.isFinite(c.score) ? trailOf(c.beam) : [],
+      }));
       if (onProgress) onProgress(beams[0].ids);
       if (finished.full) break;
       if (t >= limit) {
         for (const beam of beams) {
-          if (Number.isFinite(beam.score)) finished.add(beam.score / penalty, beam.ids.slice(), false, true);
+          if (Number.isFinite(beam.score)) finished.add(beam.score / penalty, beam.ids.slice(), false, true, beam.trail);
         }
         break;
       }
     }
     const best = finished.best();
-    return { ids: best.ids, endedWithEos: best.endedWithEos, score: best.score, decoderCalls: calls };
+    return {
+      ids: best.ids,
+      endedWithEos: best.endedWithEos,
+      score: best.score,
+      decoderCalls: calls,
+      trail: best.trail,
+    };
   }
 
   /**

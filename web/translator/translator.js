@@ -1,20 +1,26 @@
 /*
- * The book's German -> English Transformer, running in the page (ONNX Runtime Web, WASM backend, one thread).
+ * The book's Transformers, German -> English and English -> German, running in the page (ONNX Runtime Web, WASM
+ * backend, one thread).
  *
  * Loaded on every page of the book (html_js_files). It does nothing unless the page holds a translator element:
  *   <div class="translator-app"></div>     the full app (the "Translate in your browser" page)
  *   <div class="translator-panel"></div>   the same app in a compact layout, for chapters
  *   <div class="translator-model-card"></div>   the model card alone
- * Everything it loads comes from the folder this script was served from (_static/translator/): model.json,
- * encoder.onnx, decoder.onnx, tokenizer.js and ort/ (ONNX Runtime Web). Nothing leaves the page.
+ * Everything it loads comes from the folder this script was served from (_static/translator/): manifest.json (the
+ * directions offered, the first the default), per direction a folder with model.json, encoder.onnx and
+ * decoder.onnx, tokenizer.js and ort/ (ONNX Runtime Web). Nothing leaves the page. Each direction's model and
+ * sessions load the first time that direction is used.
  *
  * The page's scripts, loaded in this order: tokenizer.js (spaCy's tokenizer and the vocabulary), search.js (greedy
  * and beam search over a step callback: companion.decode's searches, no DOM, tested under Node), heatmap.js (the
  * attention heatmaps), and this file: loading the model, the decoder step over ONNX Runtime, and the app.
  * Decoding reproduces companion.decode exactly (greedy_decode, beam_search): same source ids (tokens + <eos>,
  * truncated to max_len), same length limit, same candidate ranking, <eos> handling, GNMT length penalty and
- * tie order. The decoder graph has no key/value cache: each step feeds the whole prefix. The attention maps of
- * the final output come from one more, teacher-forced decoder call on [<bos>, output...].
+ * tie order. The decoder graph is one step with a key/value cache: each call feeds the last token of every
+ * hypothesis and the cached keys and values of the positions before it (reordered by parent hypothesis when
+ * beam search keeps, drops or repeats beams); the encoder graph computes the cross-attention keys and values
+ * once per sentence. The attention maps of the final output are the per-step attention rows of the calls that
+ * computed its positions (the search's trail), gathered into whole maps: no extra decoder call.
  *
  * For tests and readers' own experiments: window.CompanionTranslator (see the API object at the end).
  */
@@ -29,6 +35,10 @@
   const APP_SELECTOR = ".translator-app, .translator-panel";
   const CARD_SELECTOR = ".translator-model-card";
   const SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"];
+  // The graphs' interface (companion.export: ENCODER_OUTPUTS, DECODER_INPUTS, DECODER_OUTPUTS)
+  const ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_keys", "cross_values"];
+  const DECODER_INPUTS = ["token_ids", "src_ids", "cross_keys", "cross_values", "past_keys", "past_values"];
+  const DECODER_OUTPUTS = ["logits", "log_probs", "present_keys", "present_values", "self_attention", "cross_attention"];
   // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0); translate() accepts alpha up to model.json's
   // decoding.max_alpha (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
   const ALPHA_SLIDER_MAX = 1.5;
@@ -85,40 +95,75 @@
     });
   }
 
-  let modelInfoPromise = null;
-  /** model.json: the card, config, decoding settings, vocabularies, tokenizer rules and examples. */
-  function loadModelInfo() {
-    if (!modelInfoPromise) {
-      modelInfoPromise = fetchOk("model.json")
+  let manifestPromise = null;
+  /** manifest.json: {directions: [{id, source, target, source_name, target_name, folder}], default}. */
+  function loadManifest() {
+    if (!manifestPromise) {
+      manifestPromise = fetchOk("manifest.json")
         .then((response) => response.json())
-        .then(checkModelInfo);
-      modelInfoPromise.catch(() => (modelInfoPromise = null)); // a failed load may be retried
+        .then((manifest) => {
+          if (!Array.isArray(manifest.directions) || !manifest.directions.length) {
+            throw new LoadError("manifest.json lists no translation directions");
+          }
+          return manifest;
+        });
+      manifestPromise.catch(() => (manifestPromise = null)); // a failed load may be retried
     }
-    return modelInfoPromise;
+    return manifestPromise;
   }
 
-  function checkModelInfo(info) {
-    for (const key of ["card", "config", "decoding", "src_tokenizer", "tgt_tokenizer", "examples"]) {
-      if (!(key in info)) throw new LoadError(`model.json has no "${key}" entry`);
+  /** The manifest entry of `direction` (undefined: the default one); a direction the page lacks is an error. */
+  async function directionEntry(direction) {
+    const manifest = await loadManifest();
+    const id = direction === undefined || direction === null ? manifest.default : direction;
+    const entry = manifest.directions.find((d) => d.id === id);
+    if (!entry) {
+      const known = manifest.directions.map((d) => d.id).join(", ");
+      throw new RangeError(`direction must be one of ${known}, got ${JSON.stringify(direction)}`);
     }
+    return entry;
+  }
+
+  const modelInfoPromises = new Map();
+  /** A direction's model.json: the card, config, decoding settings, vocabularies, tokenizer rules and examples. */
+  async function loadModelInfo(direction) {
+    const entry = await directionEntry(direction);
+    if (!modelInfoPromises.has(entry.id)) {
+      const promise = fetchOk(entry.folder + "model.json")
+        .then((response) => response.json())
+        .then((info) => checkModelInfo(info, entry));
+      promise.catch(() => modelInfoPromises.delete(entry.id));
+      modelInfoPromises.set(entry.id, promise);
+    }
+    return modelInfoPromises.get(entry.id);
+  }
+
+  function checkModelInfo(info, entry) {
+    for (const key of ["direction", "card", "config", "decoding", "src_tokenizer", "tgt_tokenizer", "examples"]) {
+      if (!(key in info)) throw new LoadError(`${entry.folder}model.json has no "${key}" entry`);
+    }
+    info.folder = entry.folder;
     return info;
   }
 
-  let runtimePromise = null;
+  const runtimePromises = new Map();
   let loadStartedAt = null;
-  /** Everything translation needs: model.json, the tokenizer, ONNX Runtime Web and both ONNX sessions. */
-  function loadRuntime() {
-    if (!runtimePromise) {
-      loadStartedAt = performance.now();
-      runtimePromise = createRuntime(loadStartedAt);
-      runtimePromise.catch(() => (runtimePromise = null));
+  /** Everything translation in one direction needs: model.json, the tokenizer, ONNX Runtime Web, both sessions. */
+  async function loadRuntime(direction) {
+    if (loadStartedAt === null) loadStartedAt = performance.now();
+    const started = performance.now();
+    const entry = await directionEntry(direction);
+    if (!runtimePromises.has(entry.id)) {
+      const promise = createRuntime(entry, started);
+      promise.catch(() => runtimePromises.delete(entry.id));
+      runtimePromises.set(entry.id, promise);
     }
-    return runtimePromise;
+    return runtimePromises.get(entry.id);
   }
 
-  async function createRuntime(started) {
+  async function createRuntime(entry, started) {
     const [info] = await Promise.all([
-      loadModelInfo(),
+      loadModelInfo(entry.id),
       loadScript("tokenizer.js", () => Boolean(globalThis.CompanionTokenizer)),
       loadScript("ort/ort.wasm.min.js", () => Boolean(globalThis.ort && globalThis.ort.InferenceSession)),
     ]);
@@ -127,7 +172,10 @@
     ort.env.wasm.numThreads = 1;
     ort.env.wasm.proxy = false;
     ort.env.logLevel = "error";
-    const [encoderBytes, decoderBytes] = await Promise.all([fetchBytes("encoder.onnx"), fetchBytes("decoder.onnx")]);
+    const [encoderBytes, decoderBytes] = await Promise.all([
+      fetchBytes(entry.folder + "encoder.onnx"),
+      fetchBytes(entry.folder + "decoder.onnx"),
+    ]);
     const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
     let encoder, decoder;
     try {
@@ -136,16 +184,11 @@
     } catch (error) {
       throw new LoadError(`ONNX Runtime could not start the model (${error.message || error})`);
     }
-    checkSession("encoder.onnx", encoder, ["src_ids"], ["memory", "encoder_attention"]);
-    checkSession(
-      "decoder.onnx",
-      decoder,
-      ["tgt_ids", "memory", "src_ids"],
-      ["logits", "log_probs", "self_attention", "cross_attention"]
-    );
+    checkSession(entry.folder + "encoder.onnx", encoder, ["src_ids"], ENCODER_OUTPUTS);
+    checkSession(entry.folder + "decoder.onnx", decoder, DECODER_INPUTS, DECODER_OUTPUTS);
     const tokenizers = makeTokenizers(info);
     const loadMs = performance.now() - started;
-    return { ort, info, config: info.config, encoder, decoder, tokenizers, loadMs, started };
+    return { ort, info, direction: entry.id, config: info.config, encoder, decoder, tokenizers, loadMs, started };
   }
 
   function checkSession(name, session, inputs, outputs) {
@@ -162,11 +205,11 @@
     const T = globalThis.CompanionTokenizer;
     const srcStoi = new Map(info.src_tokenizer.itos.map((token, i) => [token, i]));
     return {
-      /** German text -> token strings (spaCy's rules; whitespace tokens dropped). */
+      /** Source text -> token strings (spaCy's rules of the source language; whitespace tokens dropped). */
       tokenize: (text) => T.tokenize(text, info.src_rules),
       /** Token strings -> source ids (<unk> for unknown tokens); no <eos>. Equal to T.encode(text, ...). */
       tokensToIds: (tokens) => tokens.map((token) => (srcStoi.has(token) ? srcStoi.get(token) : info.config.unk_id)),
-      /** Target ids -> English text (stops at <eos>, skips <pad>/<bos>, glue and the straight-quote rule). */
+      /** Target ids -> target text (stops at <eos>, skips <pad>/<bos>, glue and the straight-quote rule). */
       decodeTarget: (ids) => T.decode(ids, info.tgt_tokenizer),
       srcToken: (id) => info.src_tokenizer.itos[id],
       tgtToken: (id) => info.tgt_tokenizer.itos[id],
@@ -184,30 +227,107 @@
 
   async function runEncoder(rt, src) {
     const out = await rt.encoder.run({ src_ids: int64Tensor(rt.ort, [src], src.length) });
-    return { memory: out.memory, encoderAttention: out.encoder_attention };
+    return {
+      encoderAttention: out.encoder_attention,
+      crossKeys: out.cross_keys,
+      crossValues: out.cross_values,
+    };
   }
 
-  /** A decoder step function over one source: prefixes (all of one length) -> the named output's data. */
-  function decoderStep(rt, src, memory) {
+  /** Rows of a [layers, batch, ...rest] tensor picked along the batch axis: row i of the result is row index[i]. */
+  function gatherRows(ort, tensor, index) {
+    const dims = tensor.dims.map(Number);
+    const [layers, batch] = dims;
+    const block = dims.slice(2).reduce((a, b) => a * b, 1);
+    const data = new Float32Array(layers * index.length * block);
+    for (let l = 0; l < layers; l++) {
+      index.forEach((row, i) => {
+        const from = (l * batch + row) * block;
+        data.set(tensor.data.subarray(from, from + block), (l * index.length + i) * block);
+      });
+    }
+    return new ort.Tensor("float32", data, [layers, index.length].concat(dims.slice(2)));
+  }
+
+  /**
+   * A decoder step function over one source (search.js's step(prefixes, output, parents)): the cache of the
+   * previous call's rows is reordered by `parents`, and only the last token of each prefix is fed. Each call's
+   * attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
+   */
+  function decoderStep(rt, src, encoded) {
     const n = src.length;
-    const width = memory.dims[2];
-    const tiles = new Map(); // rows -> the memory and source ids repeated for that many rows
+    const tiles = new Map(); // rows -> the source ids and cross-attention keys/values repeated for that many rows
     function tiled(rows) {
       if (!tiles.has(rows)) {
-        const data = new Float32Array(rows * n * width);
-        for (let r = 0; r < rows; r++) data.set(memory.data, r * n * width);
+        const same = Array.from({ length: rows }, () => 0);
         tiles.set(rows, {
-          memory: new rt.ort.Tensor("float32", data, [rows, n, width]),
-          src: int64Tensor(rt.ort, Array.from({ length: rows }, () => src), n),
+          src: int64Tensor(rt.ort, same.map(() => src), n),
+          keys: gatherRows(rt.ort, encoded.crossKeys, same),
+          values: gatherRows(rt.ort, encoded.crossValues, same),
         });
       }
       return tiles.get(rows);
     }
-    return async function step(prefixes, output) {
-      const t = tiled(prefixes.length);
-      const feeds = { tgt_ids: int64Tensor(rt.ort, prefixes, prefixes[0].length), memory: t.memory, src_ids: t.src };
-      const result = await rt.decoder.run(feeds, [output]);
+    let present = null; // {keys, values} of the previous call: [layers, rows, heads, positions, d_head]
+    const calls = [];
+    async function step(prefixes, output, parents) {
+      const rows = prefixes.length;
+      const t = tiled(rows);
+      let past;
+      if (parents === null || parents === undefined) {
+        const [layers, , heads, , dHead] = encoded.crossKeys.dims.map(Number);
+        const empty = () => new rt.ort.Tensor("float32", new Float32Array(0), [layers, rows, heads, 0, dHead]);
+        past = { keys: empty(), values: empty() };
+      } else {
+        const identity = parents.length === present.keys.dims[1] && parents.every((p, i) => p === i);
+        past = identity
+          ? present
+          : { keys: gatherRows(rt.ort, present.keys, parents), values: gatherRows(rt.ort, present.values, parents) };
+      }
+      const feeds = {
+        token_ids: int64Tensor(rt.ort, prefixes.map((prefix) => [prefix[prefix.length - 1]]), 1),
+        src_ids: t.src,
+        cross_keys: t.keys,
+        cross_values: t.values,
+        past_keys: past.keys,
+        past_values: past.values,
+      };
+      const result = await rt.decoder.run(feeds, [output, "present_keys", "present_values", "self_attention", "cross_attention"]);
+      present = { keys: result.present_keys, values: result.present_values };
+      calls.push({ self: result.self_attention, cross: result.cross_attention });
       return result[output].data;
+    }
+    step.calls = calls;
+    return step;
+  }
+
+  /**
+   * The winner's attention maps from the per-call rows its trail names: cross [layers, 1, heads, T, n] and
+   * decoder self-attention [layers, 1, heads, T, T] (zeros above the diagonal), T = the trail's length; row j is
+   * the query that predicts output token j (the last row predicts <eos> when the output ended with it).
+   */
+  function attentionMaps(calls, trail, n) {
+    const T = trail.length;
+    const first = calls[0].cross.dims.map(Number);
+    const layers = first[0];
+    const heads = first[2];
+    const cross = new Float32Array(layers * heads * T * n);
+    const self = new Float32Array(layers * heads * T * T);
+    trail.forEach(([call, row], j) => {
+      const c = calls[call];
+      const batch = Number(c.cross.dims[1]);
+      const keys = Number(c.self.dims[4]); // j + 1: the positions before and this one
+      for (let l = 0; l < layers; l++) {
+        for (let hd = 0; hd < heads; hd++) {
+          const at = (l * batch + row) * heads + hd;
+          cross.set(c.cross.data.subarray(at * n, (at + 1) * n), ((l * heads + hd) * T + j) * n);
+          self.set(c.self.data.subarray(at * keys, (at + 1) * keys), ((l * heads + hd) * T + j) * T);
+        }
+      }
+    });
+    return {
+      cross: { data: cross, dims: [layers, 1, heads, T, n] },
+      decoder: { data: self, dims: [layers, 1, heads, T, T] },
     };
   }
 
@@ -230,34 +350,24 @@
     const config = rt.config;
     const vocab = config.tgt_vocab_size;
     const t0 = performance.now();
-    const { memory, encoderAttention } = await runEncoder(rt, src);
+    const encoded = await runEncoder(rt, src);
     const t1 = performance.now();
-    const step = decoderStep(rt, src, memory);
+    const step = decoderStep(rt, src, encoded);
     const limit = maxOutputLength(src.length, rt.info.decoding.max_extra_len, config.max_len);
     const search =
       beamSize === 1
         ? await greedySearch(step, limit, config, vocab, onProgress)
         : await beamSearch(step, limit, beamSize, alpha, config, vocab, onProgress);
     const t2 = performance.now();
-    // one teacher-forced call: row j of the maps is the query that predicts output token j (the last row
-    // predicts <eos> when the output ended with it)
-    const rows = search.endedWithEos ? search.ids : search.ids.slice(0, -1);
-    const prefix = [config.bos_id].concat(rows);
-    const t = await rt.decoder.run(
-      {
-        tgt_ids: int64Tensor(rt.ort, [prefix], prefix.length),
-        memory,
-        src_ids: int64Tensor(rt.ort, [src], src.length),
-      },
-      ["cross_attention", "self_attention"]
-    );
+    const maps = attentionMaps(step.calls, search.trail, src.length);
     const t3 = performance.now();
+    const encoderAttention = encoded.encoderAttention;
     return {
       search,
       attention: {
         encoder: { data: encoderAttention.data, dims: encoderAttention.dims.map(Number) },
-        cross: { data: t.cross_attention.data, dims: t.cross_attention.dims.map(Number) },
-        decoder: { data: t.self_attention.data, dims: t.self_attention.dims.map(Number) },
+        cross: maps.cross,
+        decoder: maps.decoder,
       },
       timings: { encoderMs: t1 - t0, searchMs: t2 - t1, attentionMs: t3 - t2, decoderCalls: search.decoderCalls },
     };
@@ -282,6 +392,7 @@
     const totalMs = performance.now() - started;
     if (firstTranslationMs === null && loadStartedAt !== null) firstTranslationMs = performance.now() - loadStartedAt;
     return {
+      direction: rt.direction,
       ids: search.ids,
       text: rt.tokenizers.decodeTarget(search.ids),
       sourceIds: src,
@@ -307,7 +418,8 @@
   }
 
   /**
-   * Translate German text. options: {beamSize (1-8; 1 = greedy), alpha (0-1.5), onProgress}; beamSize and
+   * Translate text. options: {direction ("de-en" or "en-de": manifest.json's ids; default its first),
+   * beamSize (1-8; 1 = greedy), alpha (0-1.5), onProgress}; beamSize and
    * alpha default to model.json's decoding settings; onProgress(ids) sees the best running hypothesis after
    * each step.
    * Rejects with an Error for empty text. Resolves to {ids, text, sourceIds, sourceTokens, outputTokens,
@@ -315,8 +427,10 @@
    */
   async function translate(text, options) {
     if (typeof text !== "string") throw new TypeError(`text must be a string, got ${typeof text}`);
-    if (!text.trim()) throw new EmptyInputError("the text is empty: type a German sentence or pick an example");
-    const rt = await loadRuntime();
+    const rt = await loadRuntime(options && options.direction);
+    if (!text.trim()) {
+      throw new EmptyInputError(`the text is empty: type a ${rt.info.direction.source_name} sentence or pick an example`);
+    }
     const opts = checkSearchOptions(options || {}, rt.info.decoding);
     return exclusive(async () => {
       const started = performance.now();
@@ -329,7 +443,7 @@
 
   /** Translate already tokenized source ids (tokens + <eos>, as companion.decode.translate_ids takes them). */
   async function translateIds(ids, options) {
-    const rt = await loadRuntime();
+    const rt = await loadRuntime(options && options.direction);
     const opts = checkSearchOptions(options || {}, rt.info.decoding);
     if (!Array.isArray(ids) || ids.length === 0 || ids.length > rt.config.max_len) {
       throw new RangeError(`ids must be a list of 1 to ${rt.config.max_len} source ids ending in <eos>`);
@@ -385,13 +499,18 @@
       this.id = `translator-${++uid}`;
       this.result = null;
       this.selected = 0;
+      this.direction = null; // manifest.json's default until the manifest has loaded
       this.build();
       const autoload = root.dataset.autoload ? root.dataset.autoload === "true" : !this.compact;
-      loadModelInfo().then(
+      const ready = loadManifest().then((manifest) => {
+        this.showDirections(manifest);
+        return loadModelInfo(this.direction);
+      });
+      ready.then(
         (info) => this.showInfo(info),
         (error) => this.showLoadError(error)
       );
-      if (autoload) this.preload();
+      if (autoload) ready.then(() => this.preload(), () => undefined);
       else {
         const once = () => {
           this.preload();
@@ -437,8 +556,17 @@
       });
       this.alphaValue = h("output", { class: "tr-alpha-value", for: `${id}-alpha`, text: "0.60" });
       this.button = h("button", { type: "submit", class: "tr-translate", text: "Translate" });
+      this.directionSelect = h("select", { id: `${id}-direction`, class: "tr-direction", disabled: true }, [
+        h("option", { value: "", text: "loading…" }),
+      ]);
+      this.directionSelect.addEventListener("change", () => this.switchDirection(this.directionSelect.value));
+      this.inputLabel = h("label", { for: `${id}-input`, class: "tr-label", text: "Sentence" });
       const form = h("form", { class: "tr-form", onsubmit: (e) => (e.preventDefault(), this.run()) }, [
-        h("label", { for: `${id}-input`, class: "tr-label", text: "German sentence" }),
+        h("div", { class: "tr-row" }, [
+          h("label", { for: `${id}-direction`, text: "direction: " }),
+          this.directionSelect,
+        ]),
+        this.inputLabel,
         this.input,
         h("div", { class: "tr-row" }, [
           h("label", { for: `${id}-examples`, text: "or a test sentence: " }),
@@ -493,8 +621,46 @@
       this.status.dataset.kind = kind || "info";
     }
 
+    showDirections(manifest) {
+      if (this.direction === null) this.direction = manifest.default;
+      this.directionSelect.replaceChildren(
+        ...manifest.directions.map((d) =>
+          h("option", {
+            value: d.id,
+            text: `${d.source_name} \u2192 ${d.target_name}`,
+            selected: d.id === this.direction,
+          })
+        )
+      );
+      this.directionSelect.disabled = manifest.directions.length < 2;
+    }
+
+    /** Switch the app to another direction: its examples, labels and model (loaded now), the result cleared. */
+    switchDirection(direction) {
+      if (!direction || direction === this.direction) return;
+      this.direction = direction;
+      this.directionSelect.value = direction;
+      this.result = null;
+      this.resultBox.hidden = true;
+      this.resultBox.replaceChildren();
+      this.messages.replaceChildren();
+      this.input.value = "";
+      this.examples.disabled = true;
+      this.root.dataset.state = "switching";
+      loadModelInfo(direction).then(
+        (info) => {
+          if (this.direction === direction) this.showInfo(info);
+        },
+        (error) => this.showLoadError(error)
+      );
+      this.preload();
+    }
+
     showInfo(info) {
       this.info = info;
+      const names = info.direction;
+      this.inputLabel.textContent = `${names.source_name} sentence`;
+      this.input.lang = names.source;
       this.beamSize.max = info.decoding.max_beam_size;
       this.beamSize.value = info.decoding.beam_size;
       this.alpha.value = info.decoding.alpha;
@@ -510,8 +676,11 @@
 
     preload() {
       this.setStatus("loading the model and ONNX Runtime…", "busy");
-      loadRuntime().then(
+      const direction = this.direction;
+      loadRuntime(direction).then(
         (rt) => {
+          if (direction !== this.direction) return;
+          if (this.root.dataset.state === "switching") delete this.root.dataset.state;
           if (!this.result && this.status.dataset.kind === "busy") {
             this.setStatus(`model ready (loaded in ${formatMs(rt.loadMs)})`, "ready");
           }
@@ -539,7 +708,8 @@
       this.messages.replaceChildren();
       const text = this.input.value;
       if (!text.trim()) {
-        this.setStatus("The box is empty: type a German sentence or pick one of the test sentences.", "warning");
+        const language = this.info ? this.info.direction.source_name : "source";
+        this.setStatus(`The box is empty: type a ${language} sentence or pick one of the test sentences.`, "warning");
         this.root.dataset.state = "empty";
         return;
       }
@@ -553,14 +723,15 @@
       }
       this.button.disabled = true;
       this.root.dataset.state = "translating";
-      this.setStatus(runtimePromise ? "translating…" : "loading the model, then translating…", "busy");
+      const loaded = runtimePromises.has(this.direction);
+      this.setStatus(loaded ? "translating…" : "loading the model, then translating…", "busy");
       try {
         const onProgress = (ids) => {
           if (!this.info || !globalThis.CompanionTokenizer) return;
           const partial = globalThis.CompanionTokenizer.decode(ids, this.info.tgt_tokenizer);
           this.setStatus(`translating\u2026 ${partial}`, "busy");
         };
-        const result = await translate(text, Object.assign({ onProgress }, options));
+        const result = await translate(text, Object.assign({ onProgress, direction: this.direction }, options));
         this.show(result);
         this.root.dataset.state = "done";
       } catch (error) {
@@ -596,13 +767,15 @@
       if (result.nonLatinTokens.length) {
         this.message("nonlatin", [
           `${result.nonLatinTokens.length} source token(s) use letters outside the Latin alphabet ` +
-            `(${listTokens(result.nonLatinTokens)}): the model was trained on German captions only and reads ` +
+            `(${listTokens(result.nonLatinTokens)}): the model was trained on ${this.info.direction.source_name} ` +
+            "captions only and reads " +
             "them as <unk>, so it cannot translate them.",
         ]);
       }
       if (others.length) {
         this.message("unknown", [
-          `${others.length} source token(s) are not in the model's German vocabulary and became <unk> ` +
+          `${others.length} source token(s) are not in the model's ${this.info.direction.source_name} ` +
+            "vocabulary and became <unk> " +
             `(${listTokens(others)}); they are marked below.`,
         ]);
       }
@@ -647,8 +820,8 @@
       const children = [
         h("div", { class: "tr-heading", text: "Source tokens (what the model reads)" }),
         source,
-        h("div", { class: "tr-heading", text: "English" }),
-        h("p", { class: "tr-output-text", lang: "en", text: result.text || "(empty output)" }),
+        h("div", { class: "tr-heading", text: this.info.direction.target_name }),
+        h("p", { class: "tr-output-text", lang: this.info.direction.target, text: result.text || "(empty output)" }),
         h("div", { class: "tr-heading", text: "Output tokens: pick one to see where it attends" }),
         output,
         this.crossToken,
@@ -850,7 +1023,8 @@
       "size",
       `${numberFormat.format(card.parameters)} parameters (d_model ${c.d_model}, ${c.num_heads} heads, ` +
         `${c.num_encoder_layers} encoder + ${c.num_decoder_layers} decoder layers, vocabularies of ` +
-        `${numberFormat.format(c.src_vocab_size)} German and ${numberFormat.format(c.tgt_vocab_size)} English words, ` +
+        `${numberFormat.format(c.src_vocab_size)} ${info.direction.source_name} and ` +
+        `${numberFormat.format(c.tgt_vocab_size)} ${info.direction.target_name} words, ` +
         `sources up to ${c.max_len} tokens)`
     );
     if (onnxTotal) {
@@ -891,8 +1065,13 @@
     const apps = Array.from(document.querySelectorAll(APP_SELECTOR)).map((root) => new TranslatorApp(root));
     const cards = Array.from(document.querySelectorAll(CARD_SELECTOR));
     if (cards.length) {
-      loadModelInfo().then(
-        (info) => cards.forEach((card) => card.replaceChildren(renderCard(info))),
+      loadManifest()
+        .then((manifest) => Promise.all(manifest.directions.map((d) => loadModelInfo(d.id))))
+        .then(
+        (infos) => cards.forEach((card) => card.replaceChildren(...infos.flatMap((info) => [
+          h("p", { class: "tr-card-direction", text: `${info.direction.source_name} \u2192 ${info.direction.target_name}` }),
+          renderCard(info),
+        ]))),
         (error) => cards.forEach((card) => (card.textContent = `The model card could not load: ${error.message}.`))
       );
     }
@@ -902,8 +1081,15 @@
   const api = {
     translate,
     translateIds,
-    load: () => loadRuntime().then((rt) => ({ loadMs: rt.loadMs, config: rt.config, decoding: rt.info.decoding })),
+    load: (direction) =>
+      loadRuntime(direction).then((rt) => ({
+        direction: rt.direction,
+        loadMs: rt.loadMs,
+        config: rt.config,
+        decoding: rt.info.decoding,
+      })),
     modelInfo: loadModelInfo,
+    manifest: loadManifest,
     /** Turn an element added after the page loaded into an app (class translator-app or translator-panel). */
     mount: (element) => {
       const app = new TranslatorApp(element);
