@@ -31,10 +31,14 @@ class _Explorables(html.parser.HTMLParser):
         self.found: list[dict] = []
         self._items: list | None = None
         self._pre: list[str] | None = None
+        self._depth = 0  # open elements inside the current state
+        self._text: list[str] = []  # all text of the current state (compared when it holds no image or <pre>)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         classes = (attrs.get("class") or "").split()
+        if self._items is not None and tag not in VOID_TAGS:
+            self._depth += 1
         if "explorable" in classes:
             self.found.append({"controls": [], "states": {}, "visible": []})
         elif "data-explorable-kind" in attrs:
@@ -43,6 +47,7 @@ class _Explorables(html.parser.HTMLParser):
             self.found[-1]["controls"][-1]["inputs"].append(attrs)
         elif "explorable-state" in classes:
             self._items = self.found[-1]["states"].setdefault(attrs["data-key"], [])
+            self._depth, self._text = 1, []
             if "hidden" not in attrs:
                 self.found[-1]["visible"].append(attrs["data-key"])
         elif tag == "img" and self._items is not None:
@@ -53,11 +58,22 @@ class _Explorables(html.parser.HTMLParser):
     def handle_data(self, data):
         if self._pre is not None:
             self._pre.append(data)
+        if self._items is not None:
+            self._text.append(data)
 
     def handle_endtag(self, tag):
         if tag == "pre" and self._pre is not None:
             self._items.append(["text", "".join(self._pre)])
             self._pre = None
+        if self._items is not None and tag not in VOID_TAGS:
+            self._depth -= 1
+            if self._depth == 0:  # the state's own element closed
+                if not self._items:  # HTML output (a table, styled text): its words are the content
+                    self._items.append(["words", " ".join("".join(self._text).split())])
+                self._items = None
+
+
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 def _control(raw: dict) -> dict:
@@ -120,8 +136,11 @@ def _product(counts):
 VISIBLE_STATE = """root => {
     const shown = [...root.querySelectorAll('.explorable-state')].filter(s => s.offsetParent !== null);
     return shown.map(s => ({key: s.getAttribute('data-key'),
-        items: [...s.querySelectorAll('img, pre')].map(e => e.tagName === 'IMG' ? ['img', e.getAttribute('src')]
-                                                                                : ['text', e.textContent])}));
+        items: (() => {
+            const items = [...s.querySelectorAll('img, pre')].map(
+                e => e.tagName === 'IMG' ? ['img', e.getAttribute('src')] : ['text', e.textContent]);
+            return items.length ? items : [['words', s.textContent.split(/\s+/).filter(Boolean).join(' ')]];
+        })()}));
 }"""
 
 
