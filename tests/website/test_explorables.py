@@ -133,7 +133,7 @@ def _product(counts):
     return result
 
 
-VISIBLE_STATE = """root => {
+VISIBLE_STATE = r"""root => {
     const shown = [...root.querySelectorAll('.explorable-state')].filter(s => s.offsetParent !== null);
     return shown.map(s => ({key: s.getAttribute('data-key'),
         items: (() => {
