@@ -134,10 +134,10 @@ def test_every_chapter_is_in_the_table_of_contents():
 CLOCK_CALLS = ("perf_counter", "process_time", "time.time(", "monotonic", "getloadavg", "chapter_minutes")
 
 
-def _clock_names(source: str) -> set[str]:
+def _clock_names(tree: ast.AST) -> set[str]:
     """Names assigned from a clock reading anywhere in a cell (``elapsed = time.perf_counter() - start``)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign) and node.value is not None:
             value = ast.unparse(node.value)
             if any(call in value for call in CLOCK_CALLS) or names & _names_in(node.value):
@@ -157,18 +157,14 @@ def test_no_chapter_asserts_a_wall_clock_time(md_path):
 
     Catches a clock call inside the assert and a name computed from a clock reading earlier in the chapter.
     """
-    sources = [source for source in _code_sources(jupytext.read(md_path)) if not source.lstrip().startswith(("%", "!"))]
-    clock_names: set[str] = set()
-    for source in sources:
+    trees = []
+    for source in _code_sources(jupytext.read(md_path)):
         try:
-            clock_names |= _clock_names(source)
-        except SyntaxError:
+            trees.append(ast.parse(source))
+        except SyntaxError:  # a cell with IPython magics
             continue
-    for source in sources:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    clock_names = set().union(*map(_clock_names, trees))
+    for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Assert):
                 text = ast.unparse(node.test)
