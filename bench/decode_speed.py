@@ -7,7 +7,9 @@ each of ``--batch-sizes`` with ``companion.greedy_decode`` (incremental decoding
 reuses the cached keys/values) and with ``greedy_decode(..., use_cache=False)``, the loop a plain ``nn.Transformer``
 user writes (``companion.decode.RecomputeStep``): re-run the decoder over the whole prefix each step and apply the
 output layer to the last position only. Both are the same search with the same rule, so the outputs must be
-identical (asserted). The two are timed in alternating order for ``--rounds`` rounds; the machine
+identical, except where the model scores two tokens within float32 rounding of each other (the two paths round
+differently): each differing sentence's score gap where the outputs part is recorded and asserted below 1e-3, and
+at most 0.5% of the sentences may differ. The two are timed in alternating order for ``--rounds`` rounds; the machine
 is shared, so the script reports the median of the per-round ratios. Then it measures beam search (beam 4,
 alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
 with the batch: every step has a fixed cost (the output layer over the vocabulary, kernel launches) that the
@@ -34,7 +36,7 @@ from companion.checkpoint import (  # noqa: E402
     tokenizers_from_checkpoint,
 )
 from companion.data import load_multi30k  # noqa: E402
-from companion.decode import beam_search, greedy_decode  # noqa: E402
+from companion.decode import beam_search, greedy_decode, greedy_tie_gap  # noqa: E402
 
 
 def batches(ids: list[list[int]], size: int, pad_id: int):
@@ -54,16 +56,32 @@ def timed_decode(decode, ids, size, pad_id) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, results
 
 
+TIE_GAP = 1e-3  # logits closer than this are a tie up to float32 rounding (the ONNX parity test's bound)
+
+
+def check_same_outputs_but_for_ties(model, ids, cached, recomputed, differing: dict[int, float]) -> None:
+    """The two decoders must give the same tokens, except where the model scores two tokens within rounding of
+    each other (the two paths multiply different matrix shapes, so they round differently): such sentences are
+    recorded in ``differing`` with their gap; a larger gap, or more than 0.5% of the sentences, fails."""
+    for i, (a, b) in enumerate(zip(cached, recomputed)):
+        if a != b and i not in differing:
+            differing[i] = greedy_tie_gap(model, ids[i], a, b)
+    untied = {i: gap for i, gap in differing.items() if gap >= TIE_GAP}
+    assert not untied, f"cached and recomputed greedy decoding part where the scores are not tied: {untied}"
+    assert len(differing) <= len(ids) // 200, f"{len(differing)} of {len(ids)} outputs differ (ties)"
+
+
 def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int) -> dict:
     """Greedy cached vs recompute (alternating rounds, median ratio) and beam-4 throughput at one batch size."""
     warm_up = ids[:batch_size]  # first calls allocate and pick kernels: not timed
     timed_decode(lambda s: greedy_decode(model, s), warm_up, batch_size, pad)
     timed_decode(lambda s: greedy_decode(model, s, use_cache=False), warm_up, batch_size, pad)
     cached_times, recompute_times = [], []
+    differing: dict[int, float] = {}  # sentence -> score gap where the two outputs part, over all rounds
     for _ in range(rounds):  # alternate, so that both see the same machine load
         cached_s, cached = timed_decode(lambda s: greedy_decode(model, s), ids, batch_size, pad)
         recompute_s, recomputed = timed_decode(lambda s: greedy_decode(model, s, use_cache=False), ids, batch_size, pad)
-        assert cached == recomputed, "cached and recomputed greedy decoding must produce the same tokens"
+        check_same_outputs_but_for_ties(model, ids, cached, recomputed, differing)
         cached_times.append(cached_s)
         recompute_times.append(recompute_s)
         print(
@@ -80,6 +98,8 @@ def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int)
         "greedy_recompute_seconds": statistics.median(recompute_times),
         "greedy_recompute_seconds_per_round": recompute_times,
         "ratio_per_round": ratios,
+        "outputs_differing": len(differing),
+        "score_gaps_where_outputs_differ": {str(i): gap for i, gap in sorted(differing.items())},
         "speedup": statistics.median(ratios),
         "beam4_seconds": beam_s,
         "beam4_sentences_per_second": len(ids) / beam_s,
@@ -130,7 +150,8 @@ def main() -> None:
             "rounds": args.rounds,
             "torch_threads": torch.get_num_threads(),
             "baseline": "decoder over the whole prefix each step, output layer on the last position only",
-            "identical_outputs": True,
+            "identical_outputs": all(r["outputs_differing"] == 0 for r in by_batch.values()),
+            "tie_gap_bound": TIE_GAP,
             "by_batch_size": {str(size): r for size, r in by_batch.items()},
             # the headline: the largest batch, the setting one would use to translate a test set
             "batch_size": max(args.batch_sizes),

@@ -38,7 +38,7 @@ from .beam import (
     score_hypotheses,
     search_beam,
 )
-from .greedy import GreedyStepRecord, greedy_decode, search_greedy
+from .greedy import GreedyStepRecord, greedy_decode, greedy_tie_gap, search_greedy
 from .limits import MAX_ALPHA, MAX_BEAM_SIZE, check_search_inputs, length_penalty, max_output_lengths
 from .steps import CachedStep, DecoderStep, ModelStep, RecomputeStep, model_step
 from .translate import translate, translate_ids
@@ -57,6 +57,7 @@ __all__ = [
     "GreedyStepRecord",
     "search_greedy",
     "greedy_decode",
+    "greedy_tie_gap",
     "Finished",
     "best_hypothesis",
     "Candidates",

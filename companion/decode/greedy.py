@@ -111,3 +111,32 @@ def _greedy(
         step = model_step(model, src, bos_id=bos_id, use_cache=use_cache)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
         return search_greedy(step, limits, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step)
+
+
+@torch.no_grad()
+def greedy_tie_gap(
+    model: Transformer,
+    src_ids: Sequence[int],
+    a: Sequence[int],
+    b: Sequence[int],
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> float:
+    """How close to a tie two greedy outputs of one source sentence part: ``|logit(a_k) - logit(b_k)|``, from
+    ``model``'s next-token logits (recomputed over the common prefix ``a[:k]``), at the first position ``k``
+    where the token lists ``a`` and ``b`` differ (``<eos>`` stands in where one of them ends).
+
+    Two float implementations of the same greedy search (with and without the cache, PyTorch and ONNX) round
+    differently, so they may pick different tokens where the model scores two tokens within rounding of each
+    other; a gap of the order of 1e-5 says that is what happened, a large gap that one of them is wrong.
+    Raises ``ValueError`` when ``a`` and ``b`` are equal (they never part).
+    """
+    if list(a) == list(b):
+        raise ValueError("a and b are the same token list: there is no position where they part")
+    k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    token_a, token_b = (a[k] if k < len(a) else eos_id), (b[k] if k < len(b) else eos_id)
+    with eval_mode(model):
+        memory, src_mask = model.encode(torch.tensor([list(src_ids)]))
+        logits = model.decode(torch.tensor([[bos_id, *a[:k]]]), memory, src_mask)[0, -1]
+    return float((logits[token_a] - logits[token_b]).abs())

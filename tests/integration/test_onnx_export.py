@@ -17,7 +17,7 @@ import torch
 
 from companion import load_pretrained
 from companion.data import BOS_ID, EOS_ID, load_multi30k, pad_sequences
-from companion.decode import best_hypothesis, translate_ids
+from companion.decode import best_hypothesis, greedy_tie_gap, translate_ids
 from companion.errors import DataUnavailableError, PretrainedUnavailableError
 from companion.export import (
     DECODER_INPUTS,
@@ -163,21 +163,10 @@ def test_greedy_ids_identical_on_the_whole_test_set_but_for_ties(sessions, pretr
     differing = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]
     # Two float implementations may pick different tokens only where the model itself cannot tell them apart: at
     # the first token where the outputs part, PyTorch's scores of the two tokens must be within float rounding.
-    gaps = {i: _score_gap_where_they_part(model, test_sources[i], got[i], expected[i]) for i in differing}
+    gaps = {i: greedy_tie_gap(model, test_sources[i], got[i], expected[i]) for i in differing}
     print(f"greedy outputs identical for {1000 - len(differing)} of 1000 sentences; score gaps where not: {gaps}")
     assert len(differing) <= 5, f"{len(differing)} of 1000 greedy outputs differ, first at sentence {differing[0]}"
     assert all(gap < 10 * TOLERANCE for gap in gaps.values()), f"outputs part where the scores are not tied: {gaps}"
-
-
-def _score_gap_where_they_part(model, src_ids: list[int], a: list[int], b: list[int]) -> float:
-    """|score(a_k) - score(b_k)| under PyTorch at the first position ``k`` where token lists ``a`` and ``b`` differ
-    (``<eos>`` where one of them ends), given their common prefix."""
-    k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    token_a, token_b = (a[k] if k < len(a) else EOS_ID), (b[k] if k < len(b) else EOS_ID)
-    with torch.no_grad():
-        memory, src_mask = model.encode(torch.tensor([src_ids]))
-        logits = model.decode(torch.tensor([[BOS_ID, *a[:k]]]), memory, src_mask)[0, -1]
-    return float((logits[token_a] - logits[token_b]).abs())
 
 
 def test_export_rejects_what_is_not_a_transformer(tmp_path):
