@@ -82,8 +82,25 @@ DIFFERENCES = [
 
 
 # -- the JoeyNMT configuration ------------------------------------------------------------------------------------
-def joey_config(work: pathlib.Path, data: pathlib.Path, *, threads: int, seed: int) -> dict[str, Any]:
-    """JoeyNMT 2.3 configuration of the ``small`` preset's model and recipe (JSON is valid YAML)."""
+EMBED_INITS = {
+    # JoeyNMT's default: Xavier uniform on the [vocab, 128] embedding matrices (std ~0.018, about 0.2 after the
+    # sqrt(d_model) scaling, so the positional encoding dominates the first layer's input at the start).
+    "xavier_uniform": {"embed_initializer": "xavier_uniform"},
+    # companion's: N(0, d_model^-0.5), i.e. unit variance per coordinate after the sqrt(d_model) scaling.
+    "normal": {"embed_initializer": "normal", "embed_init_weight": 128**-0.5},
+}
+
+
+def joey_config(
+    work: pathlib.Path, data: pathlib.Path, *, threads: int, seed: int, embed_init: str = "xavier_uniform"
+) -> dict[str, Any]:
+    """JoeyNMT 2.3 configuration of the ``small`` preset's model and recipe (JSON is valid YAML).
+
+    ``embed_init`` picks the embedding initialisation: ``"xavier_uniform"`` (JoeyNMT's default) or ``"normal"``
+    (companion's N(0, d_model^-0.5)); see ``EMBED_INITS``.
+    """
+    if embed_init not in EMBED_INITS:
+        raise ValueError(f"embed_init must be one of {sorted(EMBED_INITS)}, got {embed_init!r}")
     embeddings = {"embedding_dim": 128, "scale": True, "dropout": 0.1, "freeze": False}
     layers = {
         "type": "transformer",
@@ -146,7 +163,7 @@ def joey_config(work: pathlib.Path, data: pathlib.Path, *, threads: int, seed: i
         },
         "model": {
             "initializer": "xavier_uniform",
-            "embed_initializer": "xavier_uniform",
+            **EMBED_INITS[embed_init],
             "bias_initializer": "zeros",
             "init_gain": 1.0,
             "tied_embeddings": False,
@@ -254,6 +271,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--test-limit", type=int, default=None, help="score only the first N test sentences (smoke tests)"
     )
+    parser.add_argument(
+        "--joey-embed-init",
+        choices=sorted(EMBED_INITS),
+        default="xavier_uniform",
+        help="JoeyNMT's embedding initialisation: xavier_uniform (its default) or normal (companion's "
+        "N(0, d_model^-0.5)); default xavier_uniform",
+    )
+    parser.add_argument(
+        "--tag", default=None, help="write bench/results/peer_joeynmt_TAG.json instead of peer_joeynmt.json"
+    )
     parser.add_argument("--no-results", action="store_true", help="print the results instead of writing them")
     parser.add_argument("--worker", nargs=2, metavar=("SYSTEM", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -336,7 +363,9 @@ def run_joeynmt(args: argparse.Namespace, work: pathlib.Path, tokenizers, test) 
             f"peer_joeynmt: joeynmt is not importable with {args.joey_python}; install it into a separate "
             "virtual environment (see this script's docstring) and pass --joey-python"
         )
-    config = joey_config(work / "joeynmt", work / "data", threads=args.threads, seed=args.seed)
+    config = joey_config(
+        work / "joeynmt", work / "data", threads=args.threads, seed=args.seed, embed_init=args.joey_embed_init
+    )
     spec = work / "joeynmt_spec.json"
     result_path = work / "joeynmt_result.json"
     spec.write_text(json.dumps({"config": config, "minutes": args.minutes, "result": str(result_path)}))
@@ -463,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         "minutes_per_system": args.minutes,
         "threads_per_system": args.threads,
         "search": {"beam_size": BEAM, "alpha": ALPHA},
+        "joeynmt_embed_init": args.joey_embed_init,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "load_average_at_start": [round(x, 2) for x in load_at_start],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
@@ -473,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_results:
         print(json.dumps({"hardware": hardware(), **payload}, indent=2))
     else:
-        print(f"results written to {write_results('peer_joeynmt', payload)}")
+        name = "peer_joeynmt" + (f"_{args.tag}" if args.tag else "")
+        print(f"results written to {write_results(name, payload)}")
     return 0
 
 

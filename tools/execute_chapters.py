@@ -6,12 +6,14 @@
 
 The .md is the source of truth: its inputs replace the notebook's (`jupytext --update` semantics), then the
 notebook runs top to bottom in the chapter's folder with the current environment's kernel, and is written back
-with its outputs and widget state. Timings are not recorded, so re-running yields a small diff.
+with its outputs and widget state. Per-cell timings are not stored in the notebook (re-running yields a small
+diff); the slowest cells are printed instead, to show where a chapter's run time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import pathlib
 import sys
@@ -37,6 +39,27 @@ def refresh_inputs(md_path: pathlib.Path) -> nbformat.NotebookNode:
     return source
 
 
+def cell_seconds(cell: nbformat.NotebookNode) -> float:
+    """Wall time of an executed code cell from nbclient's timing metadata (0.0 when it has none)."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    start, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (start and end):
+        return 0.0
+    parse = lambda stamp: datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def report_slowest(notebook: nbformat.NotebookNode, count: int = 5) -> None:
+    """Print the ``count`` slowest code cells (seconds, index, first source line) and drop their timing metadata."""
+    timed = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code":
+            timed.append((cell_seconds(cell), index, (cell.source.strip().splitlines() or [""])[0][:70]))
+            cell.get("metadata", {}).pop("execution", None)
+    for seconds, index, first_line in sorted(timed, reverse=True)[:count]:
+        print(f"  {seconds:7.1f} s  cell {index:3d}  {first_line}")
+
+
 def execute(md_path: pathlib.Path, timeout: int) -> float:
     """Execute one chapter and write its .ipynb; returns the wall time in seconds."""
     notebook = refresh_inputs(md_path)
@@ -49,11 +72,12 @@ def execute(md_path: pathlib.Path, timeout: int) -> float:
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(md_path.parent)}},
-        record_timing=False,
+        record_timing=True,  # read by report_slowest, then removed
         store_widget_state=True,
     )
     client.execute()
     elapsed = time.perf_counter() - start
+    report_slowest(notebook)
     nbformat.write(notebook, md_path.with_suffix(".ipynb"))
     return elapsed
 

@@ -97,3 +97,18 @@ def test_joeynmt_accepts_the_config(peer, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["600", str(10**8), "4", "0.6"]
+
+
+def test_embedding_initialisation_variants(peer, tmp_path):
+    default = peer.joey_config(tmp_path, tmp_path, threads=1, seed=0)["model"]
+    assert default["embed_initializer"] == "xavier_uniform" and "embed_init_weight" not in default
+    normal = peer.joey_config(tmp_path, tmp_path, threads=1, seed=0, embed_init="normal")["model"]
+    # companion's N(0, d_model^-0.5): unit variance per coordinate once the embeddings are scaled by sqrt(d_model)
+    assert normal["embed_initializer"] == "normal"
+    assert abs(normal["embed_init_weight"] * PRESETS["small"].model["d_model"] ** 0.5 - 1) < 1e-12
+    assert peer.parse_args(["--joey-embed-init", "normal"]).joey_embed_init == "normal"
+    assert peer.parse_args([]).joey_embed_init == "xavier_uniform" and peer.parse_args([]).tag is None
+    with pytest.raises(ValueError, match="embed_init"):
+        peer.joey_config(tmp_path, tmp_path, threads=1, seed=0, embed_init="orthogonal")
+    with pytest.raises(SystemExit):
+        peer.parse_args(["--joey-embed-init", "orthogonal"])
