@@ -92,15 +92,24 @@ EMBED_INITS = {
 
 
 def joey_config(
-    work: pathlib.Path, data: pathlib.Path, *, threads: int, seed: int, embed_init: str = "xavier_uniform"
+    work: pathlib.Path,
+    data: pathlib.Path,
+    *,
+    threads: int,
+    seed: int,
+    embed_init: str = "xavier_uniform",
+    batch_tokens: int = 600,
 ) -> dict[str, Any]:
     """JoeyNMT 2.3 configuration of the ``small`` preset's model and recipe (JSON is valid YAML).
 
     ``embed_init`` picks the embedding initialisation: ``"xavier_uniform"`` (JoeyNMT's default) or ``"normal"``
-    (companion's N(0, d_model^-0.5)); see ``EMBED_INITS``.
+    (companion's N(0, d_model^-0.5)); see ``EMBED_INITS``. ``batch_tokens`` is JoeyNMT's token batch budget
+    (``batch_size`` with ``batch_type: token``; the preset's 600 by default).
     """
     if embed_init not in EMBED_INITS:
         raise ValueError(f"embed_init must be one of {sorted(EMBED_INITS)}, got {embed_init!r}")
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be at least 1, got {batch_tokens}")
     embeddings = {"embedding_dim": 128, "scale": True, "dropout": 0.1, "freeze": False}
     layers = {
         "type": "transformer",
@@ -138,7 +147,7 @@ def joey_config(
             "label_smoothing": 0.1,
             "loss": "crossentropy",
             "normalization": "tokens",
-            "batch_size": 600,
+            "batch_size": batch_tokens,
             "batch_type": "token",
             "batch_multiplier": 1,
             "epochs": 1000,  # the time budget ends training
@@ -279,6 +288,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "N(0, d_model^-0.5)); default xavier_uniform",
     )
     parser.add_argument(
+        "--joey-batch-tokens",
+        type=int,
+        default=600,
+        help="JoeyNMT's token batch budget (default 600, the preset's); its random batches hold fewer real tokens "
+        "per step than companion's length-sorted ones at the same budget (see real_tokens_per_step)",
+    )
+    parser.add_argument(
         "--tag", default=None, help="write bench/results/peer_joeynmt_TAG.json instead of peer_joeynmt.json"
     )
     parser.add_argument("--no-results", action="store_true", help="print the results instead of writing them")
@@ -288,6 +304,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--minutes must be positive, got {args.minutes}")
     if args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}")
+    if args.joey_batch_tokens < 1:
+        parser.error(f"--joey-batch-tokens must be at least 1, got {args.joey_batch_tokens}")
     if args.test_limit is not None and args.test_limit < 1:
         parser.error(f"--test-limit must be at least 1, got {args.test_limit}")
     return args
@@ -364,7 +382,12 @@ def run_joeynmt(args: argparse.Namespace, work: pathlib.Path, tokenizers, test) 
             "virtual environment (see this script's docstring) and pass --joey-python"
         )
     config = joey_config(
-        work / "joeynmt", work / "data", threads=args.threads, seed=args.seed, embed_init=args.joey_embed_init
+        work / "joeynmt",
+        work / "data",
+        threads=args.threads,
+        seed=args.seed,
+        embed_init=args.joey_embed_init,
+        batch_tokens=args.joey_batch_tokens,
     )
     spec = work / "joeynmt_spec.json"
     result_path = work / "joeynmt_result.json"
@@ -493,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads_per_system": args.threads,
         "search": {"beam_size": BEAM, "alpha": ALPHA},
         "joeynmt_embed_init": args.joey_embed_init,
+        "joeynmt_batch_tokens": args.joey_batch_tokens,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "load_average_at_start": [round(x, 2) for x in load_at_start],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],

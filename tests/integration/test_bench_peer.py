@@ -112,3 +112,14 @@ def test_embedding_initialisation_variants(peer, tmp_path):
         peer.joey_config(tmp_path, tmp_path, threads=1, seed=0, embed_init="orthogonal")
     with pytest.raises(SystemExit):
         peer.parse_args(["--joey-embed-init", "orthogonal"])
+
+
+def test_joeynmt_batch_budget(peer, tmp_path):
+    assert peer.joey_config(tmp_path, tmp_path, threads=1, seed=0)["training"]["batch_size"] == 600
+    wider = peer.joey_config(tmp_path, tmp_path, threads=1, seed=0, batch_tokens=980)["training"]
+    assert wider["batch_size"] == 980 and wider["batch_type"] == "token"
+    assert peer.parse_args(["--joey-batch-tokens", "980"]).joey_batch_tokens == 980
+    with pytest.raises(ValueError, match="batch_tokens"):
+        peer.joey_config(tmp_path, tmp_path, threads=1, seed=0, batch_tokens=0)
+    with pytest.raises(SystemExit):
+        peer.parse_args(["--joey-batch-tokens", "0"])
