@@ -21,6 +21,22 @@ import nbformat
 from jupyter_client.manager import start_new_kernel
 
 OUTPUT_TYPES = ("stream", "display_data", "execute_result", "error")
+KERNEL_START_ATTEMPTS = 3
+
+
+def start_kernel(cwd: str, attempts: int = KERNEL_START_ATTEMPTS):
+    """(manager, client) of a started kernel. jupyter_client picks free TCP ports and the kernel binds them a
+    moment later; a kernel starting at the same time (the check runs chapters side by side) can take one in
+    between, and the kernel dies with "Address already in use". Nothing has run yet then, so start again with
+    fresh ports, at most ``attempts`` times."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return start_new_kernel(kernel_name="python3", startup_timeout=120, cwd=cwd)
+        except RuntimeError as error:  # "Kernel died before replying to kernel_info"
+            if attempt == attempts:
+                raise
+            print(f"kernel start {attempt} of {attempts} failed ({error}); starting again", file=sys.stderr)
+    raise AssertionError("unreachable")
 
 
 def run_cell(client, source: str, timeout: float) -> tuple[dict, list]:
@@ -44,7 +60,7 @@ def main() -> int:
     args = parser.parse_args()
     notebook = nbformat.read(args.notebook, as_version=4)
     start, status = time.perf_counter(), 0
-    manager, client = start_new_kernel(kernel_name="python3", startup_timeout=120, cwd=args.cwd)
+    manager, client = start_kernel(args.cwd)
     try:
         for index, cell in enumerate(notebook.cells):
             if cell.cell_type != "code":
