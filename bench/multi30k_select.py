@@ -1,0 +1,182 @@
+"""Choose the CPU training setting on Multi30k's validation split, never on a test set.
+
+    python bench/multi30k_select.py --candidates baseline tokens1200 --minutes 20
+    python bench/multi30k_select.py --candidates tokens1200_dropout02 --minutes 20   # adds to the same file
+    python bench/multi30k_select.py --score-test tokens1200_dropout02                # once, for the chosen one
+
+Each candidate is the benchmark's setting (``bench/multi30k.py``: the ``small`` preset, word vocabularies, 2
+threads, a checkpoint every minute) with some ``companion train`` flags changed (CANDIDATES). It trains for
+``--minutes``, keeps the last 10 checkpoints and scores, on the 1,014 validation sentences with beam 4, the
+average of the last 5 and of the last 10, each with length penalty alpha 0.6 (the paper's) and 1.0. The choice is
+the highest validation BLEU over candidates, averages and alphas; ``--score-test NAME`` then scores that
+candidate's chosen checkpoint and alpha on test_2016_flickr once. Results accumulate in
+``bench/results/multi30k_selection_<device>.json`` (one entry per candidate and direction, with the hardware, the
+load, the command and the date), so candidates can be run in separate invocations.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported (see bench/multi30k.py)
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import multi30k  # noqa: E402
+from _common import learning_curve, write_results  # noqa: E402
+
+from companion.checkpoint import average_checkpoints, list_checkpoints, write_checkpoint  # noqa: E402
+from companion.cli import build_parser  # noqa: E402
+from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
+
+# What each candidate changes in the benchmark's setting (flags appended to its companion train command).
+CANDIDATES: dict[str, list[str]] = {
+    "baseline": [],
+    "tokens1200": ["--max-tokens", "1200"],
+    "tokens1200_dropout02": ["--max-tokens", "1200", "--dropout", "0.2"],
+    "tokens2400_dropout02": ["--max-tokens", "2400", "--dropout", "0.2"],
+    "d192_tokens1200_dropout02": ["--max-tokens", "1200", "--dropout", "0.2", "--d-model", "192", "--d-ff", "768"],
+}
+AVERAGES = (5, 10)
+ALPHAS = (0.6, 1.0)
+BEAM = 4
+KEEP = max(AVERAGES)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES), default=[], help="settings to train")
+    parser.add_argument("--direction", default="de-en", choices=["de-en", "en-de"], help="default: de-en")
+    parser.add_argument("--minutes", type=float, default=20.0, help="training minutes per candidate (default: 20)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (default: 2)")
+    parser.add_argument("--runs-dir", default="bench/runs", help="where the runs go (default: bench/runs)")
+    parser.add_argument("--score-test", metavar="NAME", help="score NAME's chosen checkpoint and alpha on the test set")
+    parser.add_argument("--results", default="multi30k_selection_cpu", help="results file stem in bench/results")
+    parser.add_argument("--save-every-minutes", type=float, default=1.0, help="checkpoint interval (default: 1)")
+    parser.add_argument("--valid-limit", type=int, default=None, help="score only N validation sentences (smoke runs)")
+    args = parser.parse_args(argv)
+    if not args.candidates and not args.score_test:
+        parser.error("give --candidates NAME ... and/or --score-test NAME")
+    return args
+
+
+def _results_path(stem: str) -> Path:
+    return Path(__file__).resolve().parent / "results" / f"{stem}.json"
+
+
+def _load(stem: str) -> dict:
+    path = _results_path(stem)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"benchmark": "multi30k_select"}
+
+
+def _average_of_last(out: Path, count: int) -> Path:
+    """DIR/averaged_last{count}.pt from the run's newest ``count`` checkpoints."""
+    paths = list_checkpoints(out / "checkpoints")[-count:]
+    if len(paths) < count:
+        raise SystemExit(f"{out}: {len(paths)} checkpoints, {count} needed for the average")
+    target = out / f"averaged_last{count}.pt"
+    write_checkpoint(average_checkpoints(paths), target)
+    return target
+
+
+def _score(checkpoint: Path, alpha: float, split: str, limit: int | None = None) -> dict:
+    scored = evaluate_run(
+        EvaluateConfig(
+            str(checkpoint),
+            beam_size=BEAM,
+            alpha=alpha,
+            device="cpu",
+            split=split,
+            data_dir=multi30k.default_data_dir(),
+            limit=limit,
+        )
+    )
+    return {
+        "bleu": round(scored["bleu"], 2),
+        "chrf": round(scored["chrf"], 2),
+        "sentences": scored["sentences"],
+        "split": scored["split"],
+        "bleu_signature": scored["bleu_signature"],
+    }
+
+
+def run_candidate(name: str, args: argparse.Namespace) -> dict:
+    """Train one candidate and score its averages on the validation split."""
+    src, tgt = args.direction.split("-")
+    bench_args, _ = multi30k.parse_args(
+        ["--save-every-minutes", str(args.save_every_minutes), "--average-last", str(min(AVERAGES))]
+    )
+    out = Path(args.runs_dir) / f"select-{args.direction}-{name}"
+    extra = [*CANDIDATES[name], "--keep-last", str(KEEP), "--threads", str(args.threads), "--no-progress"]
+    flags = multi30k.train_flags(bench_args, src, tgt, "cpu", args.minutes, out, extra)
+    given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+    print(f"\n=== {name}: python -m companion {' '.join(flags)}", flush=True)
+    load_at_start = os.getloadavg()
+    summary = train_run(given, command=flags[1:])
+    load_at_end = os.getloadavg()
+    valid: dict[str, dict] = {}
+    for count in AVERAGES:
+        checkpoint = _average_of_last(out, count)
+        for alpha in ALPHAS:
+            score = _score(checkpoint, alpha, "valid", args.valid_limit)
+            valid[f"last{count}_alpha{alpha}"] = {"checkpoint": str(checkpoint), **score}
+            print(f"  {name}, average of the last {count}, alpha {alpha}: valid BLEU {score['bleu']}", flush=True)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "changed_flags": CANDIDATES[name],
+        "command": "python -m companion " + " ".join(flags),
+        "steps": summary["steps"],
+        "epochs": round(summary["epochs"], 3),
+        "train_minutes": round(summary["train_seconds"] / 60, 2),
+        "tokens_per_second": round(summary["tokens_seen"] / max(summary["train_seconds"], 1e-9)),
+        "valid_loss": summary.get("valid"),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": load_at_end,
+        "valid_bleu_beam4": valid,
+        "learning_curve": learning_curve(out),
+    }
+
+
+def best(entries: dict) -> tuple[str, str, dict]:
+    """(candidate, average/alpha key, score) with the highest validation BLEU."""
+    return max(
+        ((name, key, score) for name, entry in entries.items() for key, score in entry["valid_bleu_beam4"].items()),
+        key=lambda item: item[2]["bleu"],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    record = _load(args.results)
+    for refreshed in ("date", "command", "hardware"):  # written anew with each update
+        record.pop(refreshed, None)
+    entries = record.setdefault("directions", {}).setdefault(args.direction, {}).setdefault("candidates", {})
+    for name in args.candidates:
+        started = time.time()
+        entries[name] = run_candidate(name, args)
+        entries[name]["wall_minutes"] = round((time.time() - started) / 60, 2)
+        write_results(args.results, record)  # after each candidate: nothing is lost if a later one fails
+    if entries:
+        name, key, score = best(entries)
+        record["directions"][args.direction]["chosen_on_valid"] = {"candidate": name, "setting": key, **score}
+        print(f"chosen on validation ({args.direction}): {name}, {key}: BLEU {score['bleu']}")
+    if args.score_test:
+        if args.score_test not in entries:
+            raise SystemExit(f"--score-test {args.score_test}: no such candidate in {_results_path(args.results)}")
+        key, score = max(entries[args.score_test]["valid_bleu_beam4"].items(), key=lambda item: item[1]["bleu"])
+        alpha = float(key.split("alpha")[1])
+        test = _score(Path(score["checkpoint"]), alpha, "test")
+        entries[args.score_test]["test_at_chosen_setting"] = {"setting": key, "alpha": alpha, "beam_size": BEAM, **test}
+        print(f"{args.score_test}, {key}, test: BLEU {test['bleu']}")
+    write_results(args.results, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
