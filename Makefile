@@ -44,7 +44,7 @@ book: install execute site
 execute: install
 	$(BIN)/python tools/execute_chapters.py
 
-## make test: every test. Chapters are executed once, by nbval; the website then shows those verified outputs,
+## make test: every test. Chapters are executed once, by nbval, against their stored outputs; the website then shows those stored outputs,
 ## and a headless browser opens every page of it.
 test: install lint unit-and-notebooks site website-tests colab-check
 

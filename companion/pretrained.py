@@ -1,10 +1,10 @@
 """The book's own trained models, ready to translate without training first.
 
-The book ships one small model, German -> English on Multi30k (``direction="de-en"``, the default); the
-English -> German model (``direction="en-de"``) is registered and made by the same tool, but not shipped in this
-release: loading it raises :class:`~companion.errors.PretrainedUnavailableError`, which says how to make it. Both
-are the ``small`` preset (2.7M parameters, word vocabularies), made by ``tools/make_pretrained.py`` with the
-command recorded in the model card (``pretrained/de-en-small.json``: data, size, command, hardware, test scores).
+The book ships two small models on Multi30k: German -> English (``direction="de-en"``, the default) and
+English -> German (``direction="en-de"``). Both are the ``small`` preset (word vocabularies), made by
+``tools/make_pretrained.py`` with the command recorded in each model card (``pretrained/de-en-small.json``,
+``pretrained/en-de-small.json``: data, size, command, hardware, test scores). A registered model whose file is
+missing raises :class:`~companion.errors.PretrainedUnavailableError`, which says how to make it.
 :func:`load_pretrained` finds the file
 
 1. at ``path`` when one is given;
