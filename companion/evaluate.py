@@ -79,7 +79,7 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], languag
     def tokenized(texts: list[str]) -> list[str]:
         return [" ".join(token.text for token in split(text) if not token.is_space) for text in texts]
 
-    metric = BLEU(tokenize="none")
+    metric = BLEU(tokenize="none", force=True)  # tokenized on purpose: no "forgot to detokenize" warning
     score = metric.corpus_score(tokenized(hypotheses), [tokenized(references)])
     return float(score.score), f"{metric.get_signature()}|pretok:spacy-{language}"
 

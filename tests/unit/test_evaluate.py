@@ -11,7 +11,7 @@ from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
 
 from companion import Transformer, TransformerConfig
 from companion.data import SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
-from companion.evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity
+from companion.evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity, tokenized_bleu
 
 HYPOTHESES = ["The cat sat on the mat.", "A dog is running in the park!", "Two people talk."]
 REFERENCES = ["The cat is sitting on the mat.", "A dog runs in a park!", "Two people are talking."]
@@ -24,6 +24,23 @@ def test_bleu_of_identical_text_is_100_with_a_signature():
     score, signature = corpus_bleu(REFERENCES, REFERENCES)
     assert score == pytest.approx(100.0)
     assert "tok:13a" in signature and "nrefs:1" in signature and f"version:{sacrebleu.__version__}" in signature
+
+
+def test_tokenized_bleu_scores_spacy_words_without_a_detokenize_warning(caplog):
+    hypotheses, references = (
+        ["The dog's ball is red."] * 100,
+        ["The dog's ball was red."] * 100,
+    )  # sacreBLEU warns at 100
+    with caplog.at_level("WARNING"):
+        score, signature = tokenized_bleu(hypotheses, references, "en")
+    assert "detokenize" not in caplog.text  # the text is tokenized on purpose
+    # by hand: spaCy's English rules split "dog's" and the final period; sacreBLEU then splits nothing
+    expected = sacrebleu.corpus_bleu(
+        ["The dog 's ball is red ."], [["The dog 's ball was red ."]], tokenize="none", force=True
+    )
+    assert score == pytest.approx(expected.score)
+    assert score != pytest.approx(corpus_bleu(hypotheses, references)[0])  # 13a keeps "dog's" whole
+    assert "tok:none" in signature and signature.endswith("|pretok:spacy-en")
 
 
 def test_bleu_matches_sacrebleu_and_a_hand_computation():
