@@ -1,8 +1,8 @@
 """Choose the CPU training setting on Multi30k's validation split, never on a test set.
 
-    python bench/multi30k_select.py --candidates baseline tokens1200 --minutes 20
-    python bench/multi30k_select.py --candidates tokens1200_dropout02 --minutes 20   # adds to the same file
-    python bench/multi30k_select.py --score-test tokens1200_dropout02                # once, for the chosen one
+    python bench/multi30k_select.py --candidates baseline tokens1200 --minutes 20 --results STEM
+    python bench/multi30k_select.py --candidates tokens1200_dropout02 --results STEM   # adds to the same file
+    python bench/multi30k_select.py --score-test tokens1200 --results STEM             # once, for the chosen one
 
 Each candidate is the benchmark's setting (``bench/multi30k.py``: the ``small`` preset, word vocabularies, 2
 threads, a checkpoint every minute) with some ``companion train`` flags changed (CANDIDATES). It trains for
@@ -11,7 +11,10 @@ average of the last 5 and of the last 10, each with length penalty alpha 0.6 (th
 the highest validation BLEU over candidates, averages and alphas; ``--score-test NAME`` then scores that
 candidate's chosen checkpoint and alpha on test_2016_flickr once. Results accumulate in
 ``bench/results/multi30k_selection_<device>.json`` (one entry per candidate and direction, with the hardware, the
-load, the command and the date), so candidates can be run in separate invocations.
+load, the command and the date), so candidates can be run in separate invocations. Time-boxed runs are
+comparable only on one machine in one state: compare candidates within one file (the committed files are
+dated, one per day the candidates were run). Scores carry sacreBLEU's BLEU and, beside it, tokenized BLEU
+(``companion.evaluate.tokenized_bleu``, case-sensitive).
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ def _score(checkpoint: Path, alpha: float, split: str, limit: int | None = None)
         "sentences": scored["sentences"],
         "split": scored["split"],
         "bleu_signature": scored["bleu_signature"],
+        "tokenized_bleu": None if scored["tokenized_bleu"] is None else round(scored["tokenized_bleu"], 2),
+        "tokenized_bleu_signature": scored["tokenized_bleu_signature"],
     }
 
 
