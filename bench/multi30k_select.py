@@ -10,7 +10,7 @@ threads, a checkpoint every minute) with some ``companion train`` flags changed 
 average of the last 5 and of the last 10, each with length penalty alpha 0.6 (the paper's) and 1.0. The choice is
 the highest validation BLEU over candidates, averages and alphas; ``--score-test NAME`` then scores that
 candidate's chosen checkpoint and alpha on test_2016_flickr once. Results accumulate in
-``bench/results/multi30k_selection_<device>.json`` (one entry per candidate and direction, with the hardware, the
+``bench/results/selection_multi30k_<device>.json`` (one entry per candidate and direction, with the hardware, the
 load, the command and the date), so candidates can be run in separate invocations. Time-boxed runs are
 comparable only on one machine in one state: compare candidates within one file (the committed files are
 dated, one per day the candidates were run). Scores carry sacreBLEU's BLEU and, beside it, tokenized BLEU
@@ -60,12 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (default: 2)")
     parser.add_argument("--runs-dir", default="bench/runs", help="where the runs go (default: bench/runs)")
     parser.add_argument("--score-test", metavar="NAME", help="score NAME's chosen checkpoint and alpha on the test set")
-    parser.add_argument("--results", default="multi30k_selection_cpu", help="results file stem in bench/results")
+    parser.add_argument("--results", default="selection_multi30k_cpu", help="results file stem in bench/results")
     parser.add_argument("--save-every-minutes", type=float, default=1.0, help="checkpoint interval (default: 1)")
     parser.add_argument("--valid-limit", type=int, default=None, help="score only N validation sentences (smoke runs)")
     args = parser.parse_args(argv)
     if not args.candidates and not args.score_test:
         parser.error("give --candidates NAME ... and/or --score-test NAME")
+    if args.results.startswith("multi30k_"):  # chapter 7 reads bench/results/multi30k_*.json as benchmark results
+        parser.error(
+            f"--results {args.results}: a stem starting with multi30k_ is taken for bench/multi30k.py's results"
+        )
     return args
 
 

@@ -66,3 +66,9 @@ def test_two_candidates_chosen_on_validation_then_scored_on_test(multi30k_folder
 def test_score_test_of_a_candidate_not_run_names_it(results_dir):
     with pytest.raises(SystemExit, match="--score-test tokens1200: no such candidate"):
         multi30k_select.main(["--score-test", "tokens1200", "--results", "empty"])
+
+
+def test_a_results_stem_that_chapter_7_would_read_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        multi30k_select.parse_args(["--candidates", "baseline", "--results", "multi30k_selection"])
+    assert "--results multi30k_selection: a stem starting with multi30k_" in capsys.readouterr().err
