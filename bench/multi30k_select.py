@@ -31,6 +31,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 import multi30k  # noqa: E402
 from _common import learning_curve, write_results  # noqa: E402
 
@@ -74,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _results_path(stem: str) -> Path:
-    return Path(__file__).resolve().parent / "results" / f"{stem}.json"
+    """Where ``write_results(stem, ...)`` writes: one folder, named once in ``_common.RESULTS``."""
+    return _common.RESULTS / f"{stem}.json"
 
 
 def _load(stem: str) -> dict:

@@ -23,7 +23,6 @@ def results_dir(tmp_path, monkeypatch) -> pathlib.Path:
     """Results go to a temporary folder, not bench/results."""
     folder = tmp_path / "results"
     monkeypatch.setattr(_common, "RESULTS", folder)
-    monkeypatch.setattr(multi30k_select, "_results_path", lambda stem: folder / f"{stem}.json")
     threads = torch.get_num_threads()
     yield folder
     torch.set_num_threads(threads)  # training set it for this process
