@@ -30,6 +30,8 @@ def hardware() -> dict[str, Any]:
         "cpu": cpu,
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        # OpenMP's wait policy (None: OpenMP's default): PASSIVE slows small CPU kernels down (bench/multi30k.py)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "platform": platform.platform(),

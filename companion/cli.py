@@ -25,6 +25,7 @@ import io
 import json
 import os
 import sys
+import textwrap
 import warnings
 from collections.abc import Sequence
 from typing import TextIO
@@ -52,9 +53,23 @@ __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 EXIT_BROKEN_PIPE = 141
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, except that a line never breaks inside a hyphenated word: ``--save-every-minutes``
+    stays whole in the help texts and the epilog (argparse's default breaks it at a hyphen)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``companion`` argument parser with its three sub-commands (flags from the run configs' fields)."""
     parser = argparse.ArgumentParser(
+        formatter_class=_HelpFormatter,
         prog="companion",
         description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
         epilog="Run 'companion COMMAND --help' for the flags of each command.",
@@ -64,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser(
         "train",
+        formatter_class=_HelpFormatter,
         argument_default=argparse.SUPPRESS,
         help="train a model (on Multi30k, on your own parallel corpus or dataset, or on a synthetic task)",
         description="Train a Transformer with the paper's recipe (Adam 0.9/0.98/1e-9, warmup + inverse-square-root "
@@ -76,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     translate = sub.add_parser(
         "translate",
+        formatter_class=_HelpFormatter,
         help="translate sentences, one per line (stdin -> stdout)",
         description="Translate one sentence per line from --input (or stdin) to stdout, in the same order. An "
         "empty input line gives an empty output line. Sentences longer than the model's max_len are "
@@ -85,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser(
         "evaluate",
+        formatter_class=_HelpFormatter,
         help="BLEU and chrF (sacreBLEU) on a split of the run's corpus or on any two files",
         description="Translate a split of the corpus the run was trained on (--split), or any source file with "
         "its references (--src-file F --ref-file R), with the checkpoint, in the direction the checkpoint "

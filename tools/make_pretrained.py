@@ -50,7 +50,9 @@ def train_command(direction: str) -> str:
     """The command each shipped model was trained with: 52 minutes of training on one CPU thread, the two
     directions side by side on a 2-core machine. A minute budget, not a step budget: this machine ran the small
     preset at 4.7 steps/s on 2 threads on 2026-12-02 against 10.6 when bench/results/multi30k_cpu_de-en.json was
-    measured, so a fixed step count could not be planned; the steps reached are in the card (``steps``)."""
+    measured, so a fixed step count could not be planned; the steps reached are in the card (``steps``). The
+    shipped files were trained when the small preset batched 600 tokens (each checkpoint's ``args`` record
+    ``max_tokens``); run again, the command trains with the preset's current 1,200."""
     src, tgt = direction.split("-")
     return (
         f"python -m companion train --src {src} --tgt {tgt} --preset small --tokenizer word --min-freq 2 --seed 0 "

@@ -48,7 +48,7 @@ def test_the_joeynmt_config_is_the_small_preset(peer, tmp_path):
     training = config["training"]
     assert training["scheduling"] == "noam" and training["learning_rate_warmup"] == small.train["warmup"]
     assert training["learning_rate_factor"] == small.train["lr_factor"]
-    assert training["batch_type"] == "token" and training["batch_size"] == small.data["max_tokens"]
+    assert training["batch_type"] == "token" and training["batch_size"] == peer.BATCH_TOKENS  # the comparison's budget
     assert training["label_smoothing"] == 0.1 and training["adam_betas"] == [0.9, 0.98]
     assert training["validation_freq"] >= 10**6, "no validation during the timed training"
     assert training["validation_freq"] % training["logging_freq"] == 0  # JoeyNMT refuses the config otherwise
@@ -65,6 +65,8 @@ def test_companion_side_uses_the_preset_and_the_budget(peer):
     assert "--preset" in flags and flags[flags.index("--preset") + 1] == "small"
     assert flags[flags.index("--max-minutes") + 1] == "3.0" and flags[flags.index("--threads") + 1] == "1"
     assert flags[flags.index("--min-freq") + 1] == "2" and flags[flags.index("--data-dir") + 1] == "/data"
+    # the comparison's batch budget, whatever the preset's is now; JoeyNMT's default budget is the same
+    assert flags[flags.index("--max-tokens") + 1] == "600" == str(peer.parse_args([]).joey_batch_tokens)
     assert len(peer.DIFFERENCES) >= 5 and all(isinstance(d, str) and d for d in peer.DIFFERENCES)
 
 

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from companion import TransformerConfig
 from companion.cli import build_parser, main
 from companion.errors import ConfigError, RunError
 from companion.options import option, option_fields, option_spec
-from companion.presets import PRESETS
+from companion.presets import DEFAULT_AVERAGE_LAST, PRESETS
 from companion.runs import SECTIONS, DataConfig, ModelOptions, RunConfig, add_options, given_options
 from companion.train import TrainConfig
 
@@ -193,7 +194,6 @@ MEASURED_SETTINGS = {
     "tokenizer": lambda c: c.data.tokenizer,
     "min_freq": lambda c: c.data.min_freq,
     "average_count": lambda c: c.average_count,
-    "keep_last": lambda c: c.train.keep_last,
     "save_every_minutes": lambda c: c.train.save_every_minutes,
     "model": lambda c: c.model,
     "max_tokens": lambda c: c.data.max_tokens,
@@ -202,12 +202,22 @@ MEASURED_SETTINGS = {
 }
 
 
-def test_the_shortest_command_trains_the_measured_setting():
-    bench = json.loads((REPO / "bench" / "results" / "multi30k_cpu_de-en.json").read_text(encoding="utf-8"))
-    measured = bench["results"]["de-en"]["config"]
-    config = RunConfig.from_options(parsed_train("--src", "de", "--tgt", "en", "--max-minutes", "12", "--out", "run"))
-    # the results file records the flags the benchmark passed; the preset fills in the rest, for both alike
-    measured_config = RunConfig.from_options(measured)
+SELECTION = REPO / "bench" / "results" / "selection_multi30k_cpu_2026-12-03.json"
+
+
+@pytest.mark.parametrize("direction", ["de-en", "en-de"])
+def test_the_shortest_command_trains_the_setting_chosen_on_validation(direction):
+    """The defaults are the candidate that bench/multi30k_select.py chose on the validation split: its command
+    (every flag it passed, batch size included) and the shortest command build the same settings."""
+    entry = json.loads(SELECTION.read_text(encoding="utf-8"))["directions"][direction]
+    chosen = entry["chosen_on_valid"]
+    assert chosen["setting"].startswith(f"last{DEFAULT_AVERAGE_LAST}_")  # the average the default takes
+    command = shlex.split(entry["candidates"][chosen["candidate"]]["command"])
+    assert command[:4] == ["python", "-m", "companion", "train"]
+    measured_config = RunConfig.from_options(parsed_train(*command[4:]))
+    src, tgt = direction.split("-")
+    config = RunConfig.from_options(parsed_train("--src", src, "--tgt", tgt, "--max-minutes", "12", "--out", "run"))
+    # (the selection kept 10 checkpoints to compare averages of 5 and 10; how many are kept changes no weights)
     assert {name: read(config) for name, read in MEASURED_SETTINGS.items()} == {
         name: read(measured_config) for name, read in MEASURED_SETTINGS.items()
     }
@@ -232,7 +242,7 @@ def test_train_help_says_what_the_defaults_are_and_why(capsys):
         main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "Defaults: the best setting measured on Multi30k" in text
-    assert "bench/results/multi30k_cpu_de-en.json" in text
+    assert "bench/multi30k_select.py" in text and "1,200-token batches" in text
     assert "--tokenizer word" in text and "--save-every-minutes 1" in text and "--average-last 5" in text
 
 
