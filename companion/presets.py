@@ -63,7 +63,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
         # Multi30k on 2 CPU cores in ~20 minutes (bench/multi30k.py: many small steps beat a wider model). Batches of
         # 1,200 tokens beat 600 on the validation split in a 20-minute budget, both directions, three comparisons
         # on two days (bench/multi30k_select.py, bench/results/selection_multi30k_cpu_2026-12-0*.json); 600 until
-        # 2026-12-03, the value the shipped models and the bench/results/multi30k_cpu_*.json runs were trained with.
+        # 2026-12-03, the value the shipped models were trained with (their checkpoints' args record it).
         "small": _preset(_shape(128, 4, 2, 512, 0.1), dict(warmup=400, lr_factor=1.0), dict(max_tokens=1200)),
         # the paper's base model (Table 3): 65M parameters with a 37k shared vocabulary
         "base": _preset(_shape(512, 8, 6, 2048, 0.1), dict(warmup=4000, lr_factor=1.0), dict(max_tokens=25000)),
