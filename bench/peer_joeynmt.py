@@ -57,10 +57,10 @@ MIN_FREQ = 2
 BEAM, ALPHA = 4, 0.6
 SPLIT_STEMS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 DIFFERENCES = [
-    "Batching: companion sorts pairs by length and cuts batches of at most 600 padded tokens "
-    "(batch * max(src_len+1, tgt_len+1) <= 600); JoeyNMT 2.3 samples pairs at random and closes a batch once "
-    "batch * max length >= 600 (no length bucketing), so its batches carry more padding and fewer real tokens "
-    "per step (see real_tokens_per_step).",
+    f"Batching: companion sorts pairs by length and cuts batches of at most {BATCH_TOKENS} padded tokens "
+    f"(batch * max(src_len+1, tgt_len+1) <= {BATCH_TOKENS}); JoeyNMT 2.3 samples pairs at random and closes a "
+    f"batch once batch * max length >= {BATCH_TOKENS} (no length bucketing), so its batches carry more padding "
+    "and fewer real tokens per step (see real_tokens_per_step).",
     "Dropout: companion drops out 0.1 on embeddings and on every residual branch, none inside attention or the "
     "feed-forward (attention_dropout = ffn_dropout = 0); JoeyNMT applies its one dropout 0.1 also to the "
     "attention weights and inside the feed-forward (no separate setting).",
