@@ -11,7 +11,8 @@ Usage (from the repository root, virtual environment active)::
 
 For each direction ``X-Y`` it writes ``pretrained/X-Y-small.pt`` (a companion checkpoint without optimizer state:
 the average of the run's last 5 checkpoints) and ``pretrained/X-Y-small.json`` (the model card: data, size,
-command, hardware and load, and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
+command, when it trained and the machine's load meanwhile (``--train`` records them in the run folder, see
+``TRAINING_LOG``), hardware, and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
 with their signatures, and BLEU as the Multi30k literature computes it, lowercased and tokenized, see
 :func:`lowercased_tokenized_bleu`), and records the file's SHA-256 in ``companion/pretrained.py`` so that every
 copy and download can be checked.
@@ -27,6 +28,7 @@ import os
 import pathlib
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -47,12 +49,11 @@ def run_dir(direction: str) -> str:
 
 
 def train_command(direction: str) -> str:
-    """The command each shipped model was trained with: 52 minutes of training on one CPU thread, the two
-    directions side by side on a 2-core machine. A minute budget, not a step budget: this machine ran the small
-    preset at 4.7 steps/s on 2 threads on 2026-12-02 against 10.6 when bench/results/multi30k_cpu_de-en.json was
-    measured, so a fixed step count could not be planned; the steps reached are in the card (``steps``). The
-    shipped files were trained when the small preset batched 600 tokens (each checkpoint's ``args`` record
-    ``max_tokens``); run again, the command trains with the preset's current 1,200."""
+    """The command each shipped model is trained with: 52 minutes of training on one CPU thread, the two
+    directions side by side on a 2-core machine, with the small preset's current settings (each checkpoint's
+    ``args`` record them, e.g. ``max_tokens``). A minute budget, not a step budget: this machine's speed varies
+    from day to day (the small preset ran at 4.7 steps/s on 2 threads on 2026-12-02 against 10.6 on another day),
+    so a fixed step count could not be planned; the card gives the steps reached and the load while training."""
     src, tgt = direction.split("-")
     return (
         f"python -m companion train --src {src} --tgt {tgt} --preset small --tokenizer word --min-freq 2 --seed 0 "
@@ -62,14 +63,10 @@ def train_command(direction: str) -> str:
 
 
 TRAIN_COMMANDS = {direction: train_command(direction) for direction in DIRECTIONS}
-# How the shipped files were actually made (2026-12-02, one uninterrupted run per direction).
-HISTORY = (
-    "Trained with training_command (COMPANION_DATA_DIR pointing at a local copy of Multi30k), without "
-    "interruption or resume, 2026-12-02 from 07:10 to 08:03 UTC. The two directions trained side by side, one CPU "
-    "thread each, on one 2-core machine that executed chapter 7 of the book (a Jupyter kernel training its own "
-    "models) during the whole time: the 1-minute load average was about 4 from 07:25 to 08:02 UTC, so each run "
-    "had about half a core. An idle machine reaches more steps, and a better model, in the same 52 minutes; the "
-    "steps reached are in 'steps'. Final weights: the average of the last 5 checkpoints (averaged_from)."
+TRAINING_LOG = "make_pretrained_training.json"  # written by train() beside each run's checkpoints
+UNRECORDED_HISTORY = (
+    "Trained outside `tools/make_pretrained.py --train` (the run has no training record beside it): when, on what "
+    "machine and under what load is not known to this card; 'training' has what the run's metrics recorded."
 )
 MULTI30K_TERMS = (
     "Multi30k (Elliott et al., 2016) extends Flickr30k; its captions come from Flickr30k (Young et al., 2014), "
@@ -93,21 +90,79 @@ def sha256(path: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
-def train(directions: Sequence[str], data_dir: str | None) -> dict[str, float]:
-    """Run TRAIN_COMMANDS for ``directions`` side by side (one CPU thread each); their wall-clock seconds."""
-    start, running = time.monotonic(), {}
+def _utc(seconds_since_epoch: float) -> str:
+    return _dt.datetime.fromtimestamp(seconds_since_epoch, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def train(
+    directions: Sequence[str], data_dir: str | None, *, root: pathlib.Path = ROOT, sample_every: float = 60.0
+) -> dict[str, dict]:
+    """Run TRAIN_COMMANDS for ``directions`` side by side (one CPU thread each), sampling the machine's 1-minute load
+    average every ``sample_every`` seconds meanwhile; write each run's record (``TRAINING_LOG``: command, start, end,
+    wall-clock seconds, load samples) into its run folder under ``root`` and return the records by direction. A
+    failed run stops the others and exits with its status."""
+    started, start = time.time(), time.monotonic()
+    running = {}
     for direction in directions:
         command = shlex.split(TRAIN_COMMANDS[direction])
         command[0] = sys.executable
         if data_dir:
             command += ["--data-dir", data_dir]
-        running[direction] = subprocess.Popen(command, cwd=ROOT)
-    seconds = {}
-    for direction, process in running.items():
-        if process.wait() != 0:
-            raise SystemExit(f"training {direction} failed with exit status {process.returncode}")
-        seconds[direction] = time.monotonic() - start
-    return seconds
+        running[direction] = subprocess.Popen(command, cwd=root)
+    seconds: dict[str, float] = {}
+    load: list[tuple[float, float]] = []  # (seconds since the start, 1-minute load average)
+    while len(seconds) < len(running):
+        load.append((round(time.monotonic() - start, 1), round(os.getloadavg()[0], 2)))
+        deadline = time.monotonic() + sample_every
+        for direction, process in running.items():
+            if direction in seconds:
+                continue
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                continue
+            if process.returncode != 0:
+                for other in running.values():
+                    other.terminate()
+                    other.wait()
+                raise SystemExit(f"training {direction} failed with exit status {process.returncode}")
+            seconds[direction] = time.monotonic() - start
+    records = {}
+    for direction in directions:
+        records[direction] = {
+            "command": TRAIN_COMMANDS[direction],
+            "side_by_side": list(directions),
+            "cpu_cores": os.cpu_count(),
+            "started": _utc(started),
+            "ended": _utc(started + seconds[direction]),
+            "wall_seconds": round(seconds[direction]),
+            "load_average_1min_every_seconds": sample_every,
+            "load_average_1min_samples": [value for at, value in load if at <= seconds[direction]],
+        }
+        (root / run_dir(direction) / TRAINING_LOG).write_text(json.dumps(records[direction], indent=2) + "\n")
+    return records
+
+
+def training_history(record: dict | None) -> str:
+    """The card's ``history``: how the run was trained, from its ``TRAINING_LOG`` record (None: not recorded)."""
+    if record is None:
+        return UNRECORDED_HISTORY
+    samples = record["load_average_1min_samples"]
+    load = (
+        f"median {statistics.median(samples):.2f}, max {max(samples):.2f} ({len(samples)} samples, every "
+        f"{record['load_average_1min_every_seconds']:.0f} s)"
+        if samples
+        else "not sampled (the run ended within the first sample)"
+    )
+    together = len(record["side_by_side"])
+    return (
+        f"Trained with training_command by `python tools/make_pretrained.py --train`, without interruption or resume, "
+        f"from {record['started']} to {record['ended']} UTC ({record['wall_seconds'] / 60:.1f} min): "
+        f"{' and '.join(record['side_by_side'])} side by side, one CPU thread each, on a {record['cpu_cores']}-core "
+        f"machine. Its 1-minute load average while this run trained: {load}; the {together} training "
+        f"run{'s' if together > 1 else ''} alone make about {together}, more means other work shared the cores. "
+        "Final weights: the average of the last 5 checkpoints (averaged_from)."
+    )
 
 
 def lowercased_tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], language: str) -> tuple[float, str]:
@@ -210,7 +265,6 @@ def training_record(run: pathlib.Path) -> dict:
 def package(
     direction: str,
     data_dir: str | None,
-    train_seconds: float | None,
     *,
     run: pathlib.Path | None = None,
     out: pathlib.Path = OUT,
@@ -226,6 +280,7 @@ def package(
     name = f"{direction}-small"
     run = ROOT / run_dir(direction) if run is None else run
     averaged = load_checkpoint(run / "averaged.pt")
+    record = json.loads((run / TRAINING_LOG).read_text()) if (run / TRAINING_LOG).exists() else None
     shipped = {k: v for k, v in averaged.items() if k not in ("trainer_state", "content_sha256")}
     shipped["trainer_state"] = None
     out.mkdir(exist_ok=True)
@@ -248,9 +303,10 @@ def package(
         "model": {"preset": "small", "parameters": model.num_parameters(), **shipped["model_config"]},
         "training_command": command,
         "training_environment": "COMPANION_DATA_DIR=<a local copy of Multi30k>" if data_dir else None,
-        "training_seconds": None if train_seconds is None else round(train_seconds),
+        "training_seconds": None if record is None else record["wall_seconds"],
         "training": training_record(run),
-        "history": None if train_seconds is not None else HISTORY,
+        "history": training_history(record),
+        "training_record": record,
         "steps": shipped["step"],
         "averaged_from": shipped.get("averaged_from"),
         "file": f"{out.name}/{target.name}",
@@ -288,9 +344,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     directions = DIRECTIONS if args.direction == "both" else (args.direction,)
-    train_seconds = train(directions, args.data_dir) if args.train else {}
+    if args.train:
+        train(directions, args.data_dir)
     for direction in directions:
-        card = package(direction, args.data_dir, train_seconds.get(direction))
+        card = package(direction, args.data_dir)
         print(json.dumps({k: card[k] for k in ("file", "file_bytes", "steps", "scores")}, indent=2), flush=True)
 
 

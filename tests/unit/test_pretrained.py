@@ -252,7 +252,7 @@ def test_make_pretrained_ships_a_run_with_a_complete_card(direction, tmp_path, t
     registry = tmp_path / "registry.py"
     registry.write_text((ROOT / "companion" / "pretrained.py").read_text())
     out = tmp_path / "pretrained"
-    card = tool.package(direction, str(data), None, run=run, out=out, registry=registry)
+    card = tool.package(direction, str(data), run=run, out=out, registry=registry)
     shipped = out / f"{direction}-small.pt"
     assert card == json.loads((out / f"{direction}-small.json").read_text())
     check_card(card, direction)
@@ -260,6 +260,45 @@ def test_make_pretrained_ships_a_run_with_a_complete_card(direction, tmp_path, t
     assert f'"file": "{direction}-small.pt",\n        "sha256": "{card["sha256"]}"' in registry.read_text()
     assert pretrained._sha256(shipped) == card["sha256"] != pretrained._sha256(averaged)  # no optimizer state
     assert companion.load_pretrained(direction, path=shipped).info["step"] == 7
+    assert card["history"] == tool.UNRECORDED_HISTORY and card["training_seconds"] is None  # no training record
+
+
+def test_make_pretrained_records_when_and_under_what_load_each_run_trained(tmp_path, monkeypatch):
+    tool = _make_pretrained_tool()
+    monkeypatch.setattr(
+        tool,
+        "TRAIN_COMMANDS",
+        {  # stand-ins for the training commands: the first ends at once, the second after a few load samples
+            "de-en": "python -c pass",
+            "en-de": "python -c 'import time; time.sleep(0.5)'",
+        },
+    )
+    for direction in tool.DIRECTIONS:
+        (tmp_path / tool.run_dir(direction)).mkdir(parents=True)
+    records = tool.train(tool.DIRECTIONS, None, root=tmp_path, sample_every=0.1)
+    for direction, record in records.items():
+        assert json.loads((tmp_path / tool.run_dir(direction) / tool.TRAINING_LOG).read_text()) == record
+        assert record["side_by_side"] == list(tool.DIRECTIONS) and record["command"] == tool.TRAIN_COMMANDS[direction]
+        assert record["started"] <= record["ended"] and record["cpu_cores"] == os.cpu_count()
+    quick, slow = records["de-en"], records["en-de"]
+    assert slow["wall_seconds"] >= quick["wall_seconds"]
+    assert len(slow["load_average_1min_samples"]) >= 3 > 0 < len(quick["load_average_1min_samples"])
+    assert len(quick["load_average_1min_samples"]) <= len(slow["load_average_1min_samples"])
+    history = tool.training_history(slow)
+    assert f"from {slow['started']} to {slow['ended']} UTC" in history and "de-en and en-de side by side" in history
+    assert f"max {max(slow['load_average_1min_samples']):.2f}" in history
+
+
+def test_make_pretrained_stops_the_other_runs_when_one_fails(tmp_path, monkeypatch):
+    tool = _make_pretrained_tool()
+    monkeypatch.setattr(
+        tool,
+        "TRAIN_COMMANDS",
+        {"de-en": "python -c 'raise SystemExit(3)'", "en-de": "python -c 'import time; time.sleep(60)'"},
+    )
+    with pytest.raises(SystemExit, match="training de-en failed with exit status 3"):
+        tool.train(tool.DIRECTIONS, None, root=tmp_path, sample_every=0.1)
+    assert not list(tmp_path.rglob(tool.TRAINING_LOG))  # nothing recorded for a failed training
 
 
 def test_a_string_is_one_sentence(tiny_checkpoint):
