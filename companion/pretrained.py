@@ -53,13 +53,13 @@ PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "de-en",
         "file": "de-en-small.pt",
-        "sha256": "7f111722692e3d7e42af9d35915e2e58fefb3e7fa6092bd2d2e489c68ef9d175",
+        "sha256": "c85789dcfbe557612d8bed1176010ba5c919bb2ae7e4ba2a6ad978435c067920",
         "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
     "multi30k-en-de-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "en-de",
         "file": "en-de-small.pt",
-        "sha256": "5de808506cb316392fd3301f30ffc6de627d4400ea19453db69602db817bec45",
+        "sha256": "7b33ef4dbba5fb203742955996010f79d831876deab0ebbe066ce4033622e131",
         "description": "English -> German, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
     },
 }
