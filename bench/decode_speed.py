@@ -1,6 +1,7 @@
 """Greedy decoding with the key/value cache against recomputing the whole prefix at every step.
 
     python bench/decode_speed.py --checkpoint bench/runs/multi30k-de-en/averaged.pt [--sentences 1000] [--rounds 7]
+    python bench/decode_speed.py --checkpoint pretrained/de-en-small.pt --results decode_speed_xeon   # another file
 
 Translates the test_2016_flickr sources (the checkpoint's direction) in length-sorted batches of
 each of ``--batch-sizes`` with ``companion.greedy_decode`` (incremental decoding: each step feeds one token and
@@ -14,7 +15,8 @@ is shared, so the script reports the median of the per-round ratios. Then it mea
 alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
 with the batch: every step has a fixed cost (the output layer over the vocabulary, kernel launches) that the
 cache cannot remove, and larger batches spread it over more sentences; the largest batch is the headline.
-Writes bench/results/decode_speed.json.
+Writes bench/results/decode_speed.json (chapters 8 and 9 read it), or ``--results STEM``.json: a measurement on
+another machine goes beside it rather than over it.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=7, help="alternating timing rounds (default 7)")
     parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--results", default="decode_speed", help="results file stem in bench/results")
     args = parser.parse_args()
 
     checkpoint = load_checkpoint(args.checkpoint)
@@ -139,7 +142,7 @@ def main() -> None:
     by_batch = {size: measure(model, ids, size, pad, args.rounds) for size in args.batch_sizes}
     headline = by_batch[max(args.batch_sizes)]
     path = write_results(
-        "decode_speed",
+        args.results,
         {
             "checkpoint": str(args.checkpoint),
             "direction": f"{src_lang}-{tgt_lang}",

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._linear import KeptTranspose, Linear
 from ._validation import check_bool_mask, check_fraction, check_last_dim, check_positive_int, check_tensor
 
 __all__ = [
@@ -229,13 +230,15 @@ class MultiHeadAttention(nn.Module):
 
     :meth:`forward` is the one entry point: the encoder and decoder layers of :class:`~companion.model.Transformer`
     call it exactly as a reader does, with an optional :class:`AttentionCache` for token-by-token decoding.
-    Two performance details live behind it and change no result beyond rounding:
+    Three performance details live behind it and change no result beyond rounding:
 
     * without ``need_weights`` the heads go through PyTorch's fused kernel (:func:`fast_attention`); with it,
       through the explicit reference :func:`scaled_dot_product_attention`, which returns the weights;
     * for self-attention (``query is key is value``) with ``fuse_qkv=True``, Q, K and V come from one matrix
       product with the stacked weight ``[W^Q; W^K; W^V]`` (``[3 d_model, d_model]``) instead of three (see
-      :meth:`project_qkv`). The parameters stay three ``nn.Linear`` layers, so checkpoints do not depend on it.
+      :meth:`project_qkv`). The parameters stay three ``nn.Linear`` layers, so checkpoints do not depend on it;
+    * without gradients on CPU, the projections multiply by a kept contiguous copy of the transposed weight
+      (``companion._linear``: faster for the few rows of a decoding step).
 
     Args:
         d_model: model width.
@@ -259,11 +262,11 @@ class MultiHeadAttention(nn.Module):
         self.d_head = d_model // num_heads
         self.dropout = dropout
         self.fuse_qkv = bool(fuse_qkv)
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self._stack = _StackedProjection((self.q_proj, self.k_proj, self.v_proj))
+        self.q_proj = Linear(d_model, d_model, bias=bias)
+        self.k_proj = Linear(d_model, d_model, bias=bias)
+        self.v_proj = Linear(d_model, d_model, bias=bias)
+        self.out_proj = Linear(d_model, d_model, bias=bias)
+        self._stack = KeptTranspose((self.q_proj, self.k_proj, self.v_proj))
 
     # -- the entry point ---------------------------------------------------------------------------------
     @overload
@@ -370,7 +373,7 @@ class MultiHeadAttention(nn.Module):
         """
         if not self.fuse_qkv:
             return self.split_heads(self.q_proj(x)), *self.project_kv(x, x)
-        q, k, v = F.linear(x, *self._stack()).chunk(3, dim=-1)
+        q, k, v = self._stack.apply(x).chunk(3, dim=-1)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def attend(
@@ -486,38 +489,3 @@ def _autocast_enabled(device_type: str) -> bool:
         return torch.is_autocast_enabled(device_type)
     except TypeError:  # torch < 2.4 takes no argument (and answers for CUDA)
         return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
-
-
-class _StackedProjection:
-    """The stacked weight ``[W^Q; W^K; W^V]`` ``[3 d_model, d_model]`` (and biases) of three ``nn.Linear``.
-
-    A performance detail of :meth:`MultiHeadAttention.project_qkv`. While gradients are recorded the stack is
-    rebuilt at every call (autograd routes its gradient back to the three layers). Without gradients
-    (decoding) it is kept and reused until a parameter changes; each parameter's storage, in-place version
-    counter, dtype and device form the key, so optimizer steps, in-place edits and ``.to()`` all invalidate it.
-    """
-
-    def __init__(self, layers: tuple[nn.Linear, nn.Linear, nn.Linear]) -> None:
-        self._layers = layers
-        self._key: tuple | None = None
-        self._value: tuple[torch.Tensor, torch.Tensor | None] | None = None
-
-    def _params(self) -> list[torch.Tensor]:
-        return [p for layer in self._layers for p in (layer.weight, layer.bias) if p is not None]
-
-    def _build(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        weight = torch.cat([layer.weight for layer in self._layers])
-        biases = [layer.bias for layer in self._layers]
-        bias = None if any(b is None for b in biases) else torch.cat(biases)  # type: ignore[arg-type]
-        return weight, bias
-
-    def __call__(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        params = self._params()
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return self._build()
-        if torch.compiler.is_compiling():  # torch.compile / torch.export trace the stacking into the graph
-            return self._build()
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        if self._value is None or key != self._key:
-            self._key, self._value = key, self._build()
-        return self._value

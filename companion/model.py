@@ -19,6 +19,7 @@ from typing import Any, Literal, overload
 import torch
 from torch import nn
 
+from ._linear import Linear
 from ._validation import (
     check_choice,
     check_fraction,
@@ -158,8 +159,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = Linear(d_model, d_ff)
+        self.linear2 = Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -353,7 +354,7 @@ class Transformer(nn.Module):
         self.tgt_pos = position(d, config.max_len, config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        self.generator = nn.Linear(d, config.tgt_vocab_size, bias=not config.tie_output)
+        self.generator = Linear(d, config.tgt_vocab_size, bias=not config.tie_output)
         self._reset_parameters()
         if config.tie_output:
             self.generator.weight = self.tgt_embed.weight
