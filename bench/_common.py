@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -59,8 +60,27 @@ def with_provenance(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _results_stem_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a results file stem, or None."""
+    if name and pathlib.Path(name).name == name and not name.endswith(".json") and not name.startswith("."):
+        return None
+    return f"results name must be a file stem such as 'decode_speed_xeon' (written to {RESULTS}), got {name!r}"
+
+
+def results_stem(name: str) -> str:
+    """``argparse`` type of a ``--results STEM`` option: refuses a folder or a ``.json`` before anything runs."""
+    problem = _results_stem_problem(name)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return name
+
+
 def write_results(name: str, payload: dict[str, Any]) -> pathlib.Path:
-    """Write ``bench/results/<name>.json`` atomically, with date, hardware and command added."""
+    """Write ``bench/results/<name>.json`` atomically, with date, hardware and command added. ``name`` is a file
+    stem (``decode_speed_xeon``): no folder, no ``.json``."""
+    problem = _results_stem_problem(name)
+    if problem:
+        raise ValueError(problem)
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = with_provenance(payload)
     path = RESULTS / f"{name}.json"

@@ -30,7 +30,7 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from _common import write_results  # noqa: E402
+from _common import results_stem, write_results  # noqa: E402
 
 from companion.checkpoint import (  # noqa: E402
     load_checkpoint,
@@ -127,7 +127,9 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=7, help="alternating timing rounds (default 7)")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--results", default="decode_speed", help="results file stem in bench/results")
+    parser.add_argument(
+        "--results", default="decode_speed", type=results_stem, help="results file stem in bench/results"
+    )
     args = parser.parse_args()
 
     checkpoint = load_checkpoint(args.checkpoint)

@@ -74,7 +74,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training (default: 2)")
     parser.add_argument("--runs-dir", default="bench/runs", help="where the runs go (default: bench/runs)")
     parser.add_argument("--score-test", metavar="NAME", help="score NAME's chosen checkpoint and alpha on the test set")
-    parser.add_argument("--results", default="selection_multi30k_cpu", help="results file stem in bench/results")
+    parser.add_argument(
+        "--results",
+        default="selection_multi30k_cpu",
+        type=_common.results_stem,
+        help="results file stem in bench/results",
+    )
     parser.add_argument("--save-every-minutes", type=float, default=1.0, help="checkpoint interval (default: 1)")
     parser.add_argument("--valid-limit", type=int, default=None, help="score only N validation sentences (smoke runs)")
     args = parser.parse_args(argv)
