@@ -7,7 +7,7 @@
 * batches by token count (built by :func:`companion.data.batching.make_batches`), with gradient accumulation to
   reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
 
-On top of the paper: bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
+On top of the paper: an optional linear cooldown of the rate to zero at the end of a fixed budget, bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
 progress bar, a JSON-lines metrics log, atomic checkpoints (:mod:`companion.checkpoint`) with exact resume, and
 several processes through ``torchrun`` + :class:`~torch.nn.parallel.DistributedDataParallel`.
 
@@ -19,12 +19,13 @@ yields exactly the gradient one process would compute on the whole batch.
 
 from .config import TrainConfig
 from .loss import label_smoothed_loss
-from .schedule import NoamSchedule, noam_lr
+from .schedule import NoamSchedule, cooldown_factor, noam_lr
 from .trainer import Trainer, TrainState
 
 __all__ = [
     "noam_lr",
     "NoamSchedule",
+    "cooldown_factor",
     "label_smoothed_loss",
     "TrainConfig",
     "Trainer",

@@ -45,6 +45,9 @@ class TrainConfig:
 
     Attributes:
         warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
+        cooldown: the final fraction of the budget over which that rate is brought linearly to zero
+            (:func:`companion.train.schedule.cooldown_factor`; 0: none). The budget is the limits that are set;
+            the one nearest its end decides, so with ``max_minutes`` the decay follows the clock.
         betas, eps: Adam's settings (paper: 0.9, 0.98, 1e-9).
         label_smoothing: eps_ls (paper: 0.1).
         accum_steps: batches per optimizer step (gradient accumulation); the loss is normalised by the total
@@ -85,6 +88,14 @@ class TrainConfig:
         1.0,
         f"multiplies the paper's learning rate d_model^-0.5 min(step^-0.5, step warmup^-1.5) ({_FROM_PRESET})",
         metavar="F",
+        group="optimisation",
+    )
+    cooldown: float = option(
+        0.0,
+        "decay the learning rate linearly to zero over this final fraction of the run's budget (--max-steps, "
+        "--max-minutes or --max-epochs, whichever is nearest its end); 0: the paper's schedule to the end "
+        "(default: {default})",
+        metavar="FRACTION",
         group="optimisation",
     )
     betas: tuple[float, float] = (0.9, 0.98)
@@ -164,6 +175,9 @@ class TrainConfig:
                 "set a limit: max_steps (--max-steps), max_minutes (--max-minutes) and/or max_epochs "
                 "(--max-epochs), or training never stops"
             )
+        self.cooldown = check_number(
+            label(TrainConfig, "cooldown"), self.cooldown, low=0, high=1, error=ConfigError
+        )
         if len(self.betas) != 2:
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         for beta in self.betas:

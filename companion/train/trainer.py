@@ -123,9 +123,8 @@ class Trainer:
         self.run_info.update(zip(("src", "tgt"), self._languages(languages)))
         self.state = TrainState()
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=config.betas, eps=config.eps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, NoamSchedule(model.config.d_model, config.warmup, config.lr_factor)
-        )
+        self.schedule = NoamSchedule(model.config.d_model, config.warmup, config.lr_factor, config.cooldown)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.schedule)
         self.train_model: nn.Module = model
         self.diverged = False  # set when an update made the weights non-finite: they are never saved
         if self.world_size > 1:
@@ -204,11 +203,12 @@ class Trainer:
             while stop_reason is None:
                 group = [self._next_batch() for _ in range(cfg.accum_steps)]
 
-                def flags() -> tuple[bool, bool]:  # decided on rank 0, shared through the all-reduce
+                def flags() -> tuple[bool, bool, float]:  # decided on rank 0, shared through the all-reduce
                     now = time.perf_counter()
-                    time_up = self._time_up(start_seconds + now - start_time)
+                    seconds = start_seconds + now - start_time
                     every = cfg.save_every_minutes
-                    return time_up, every is not None and now - self._last_save_time >= 60.0 * every
+                    save_due = every is not None and now - self._last_save_time >= 60.0 * every
+                    return self._time_up(seconds), save_due, self._time_progress(seconds)
 
                 loss_sum, nll_sum, tgt_tokens, all_tokens, (time_up, save_due) = self._train_step(group, flags)
                 self.state.train_seconds = start_seconds + time.perf_counter() - start_time
@@ -254,6 +254,22 @@ class Trainer:
 
     def _time_up(self, seconds: float) -> bool:
         return self.config.max_minutes is not None and seconds >= 60.0 * self.config.max_minutes
+
+    def _time_progress(self, seconds: float) -> float:
+        """The fraction of ``max_minutes`` spent after ``seconds`` of training (0 without that limit)."""
+        return 0.0 if self.config.max_minutes is None else seconds / (60.0 * self.config.max_minutes)
+
+    def _budget_progress(self, steps: int, time_progress: float) -> float:
+        """How much of the run's budget is spent after ``steps`` optimizer steps: the largest of the fractions of
+        ``max_steps``, ``max_epochs`` (counted in batches) and ``max_minutes`` (``time_progress``, measured on rank 0)
+        used so far, which is the limit that will stop the run first if the pace holds."""
+        cfg = self.config
+        fractions = [time_progress]
+        if cfg.max_steps is not None:
+            fractions.append(steps / cfg.max_steps)
+        if cfg.max_epochs is not None:
+            fractions.append((self.state.epoch + self.state.batch_index / len(self.train_batches)) / cfg.max_epochs)
+        return max(fractions)
 
     def _limit_reached(self, seconds: float | None) -> str | None:
         """Which limit stops training now (None: none). ``seconds=None`` skips the time check (it is made
@@ -318,9 +334,9 @@ class Trainer:
     def _train_step(self, group: list[Any], flags: Any) -> tuple[float, float, int, int, tuple[bool, bool]]:
         """One optimizer step over ``group`` (accum_steps global batches).
 
-        ``flags()`` returns rank 0's ``(time_up, save_due)``; they travel with the loss in one all-reduce so
-        that every rank takes the same decision. Returns the summed loss, nll, target tokens, all tokens
-        and the shared flags.
+        ``flags()`` returns rank 0's ``(time_up, save_due, time_progress)``; they travel with the loss in one
+        all-reduce so that every rank takes the same decision (and the same learning rate under a cooldown).
+        Returns the summed loss, nll, target tokens, all tokens and the shared flags.
         """
         self.model.train()
         total_tgt = sum(int(b.num_tgt_tokens) for b in group)
@@ -346,18 +362,19 @@ class Trainer:
                 (loss_sum * (scale * weight)).backward()
             loss_acc += loss_sum.detach() * weight
             nll_acc += nll_sum.detach() * weight
-        time_up, save_due = flags() if self.rank == 0 else (False, False)
+        time_up, save_due, time_progress = flags() if self.rank == 0 else (False, False, 0.0)
         stats = torch.stack(
             [
                 loss_acc,
                 nll_acc,
                 torch.tensor(float(time_up), device=self.device),
                 torch.tensor(float(save_due), device=self.device),
+                torch.tensor(time_progress, device=self.device),
             ]
         )
         if self.world_size > 1:
             dist.all_reduce(stats)
-        loss_value, nll_value, time_flag, save_flag = stats.tolist()
+        loss_value, nll_value, time_flag, save_flag, time_progress = stats.tolist()
         next_step = self.state.step + 1
         if not (math.isfinite(loss_value) and math.isfinite(nll_value)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -375,6 +392,7 @@ class Trainer:
                 f"{self._latest_checkpoint_note()}"
             )
         self.optimizer.step()
+        self.schedule.progress = self._budget_progress(next_step, time_progress)  # read by the cooldown
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step = next_step

@@ -39,6 +39,8 @@ def test_two_candidates_chosen_on_validation_then_scored_on_test(multi30k_folder
     assert entries["tokens1200"]["changed_flags"] == ["--max-tokens", "1200"]
     for entry in entries.values():
         assert set(entry["valid_bleu_beam4"]) == {
+            "last1_alpha0.6",
+            "last1_alpha1.0",
             "last5_alpha0.6",
             "last5_alpha1.0",
             "last10_alpha0.6",
