@@ -15,7 +15,7 @@ from companion.checkpoint import latest_valid_checkpoint, list_checkpoints, load
 from companion.data import make_batches, synthetic_pairs
 from companion.devices import resolve_device
 from companion.errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
-from companion.train import TrainConfig, Trainer, label_smoothed_loss, noam_lr
+from companion.train import NoamSchedule, TrainConfig, Trainer, cooldown_factor, label_smoothed_loss, noam_lr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -76,6 +76,67 @@ def test_trainer_steps_follow_the_schedule(tmp_path):
         assert key in train_lines[0]
     assert trainer.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
     assert trainer.optimizer.param_groups[0]["eps"] == 1e-9
+
+
+def test_cooldown_factor_is_one_then_falls_linearly_to_zero():
+    assert [cooldown_factor(p, 0.25) for p in (0.0, 0.5, 0.75)] == [1.0, 1.0, 1.0]
+    assert cooldown_factor(0.875, 0.25) == pytest.approx(0.5)
+    assert cooldown_factor(0.95, 0.25) == pytest.approx(0.2)
+    assert cooldown_factor(1.0, 0.25) == 0.0 and cooldown_factor(1.3, 0.25) == 0.0  # a budget overrun stays at 0
+    assert cooldown_factor(0.999, 0.0) == 1.0  # no cooldown
+    assert cooldown_factor(0.5, 1.0) == pytest.approx(0.5)  # decay over the whole run
+    for kwargs, name in ((dict(progress=-0.1, cooldown=0.2), "progress"), (dict(progress=0.5, cooldown=1.5), "cooldown")):
+        with pytest.raises(ValueError, match=name):
+            cooldown_factor(**kwargs)
+    with pytest.raises(ValueError, match="cooldown"):
+        NoamSchedule(64, 10, cooldown=-0.1)
+    with pytest.raises(ConfigError, match="--cooldown"):
+        TrainConfig(max_steps=5, cooldown=2.0)
+
+
+def test_cooldown_brings_the_rate_to_zero_at_the_step_limit(tmp_path):
+    model = small_model()
+    config = TrainConfig(max_steps=8, warmup=2, cooldown=0.5, progress=False, device="cpu", log_every=1)
+    trainer = Trainer(model, config, copy_batches(), out_dir=tmp_path)
+    trainer.train()
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    lrs = {r["step"]: r["lr"] for r in logged if r["kind"] == "train"}
+    for step, lr in lrs.items():  # the lr logged at step n is the next step's: noam(n + 1) x the cooldown at n / 8
+        assert lr == pytest.approx(noam_lr(step + 1, 32, 2) * cooldown_factor(step / 8, 0.5))
+    assert lrs[3] == pytest.approx(noam_lr(4, 32, 2))  # before the last half: the paper's schedule
+    assert lrs[6] == pytest.approx(noam_lr(7, 32, 2) * 0.5)
+    assert lrs[8] == 0.0
+
+
+def test_cooldown_follows_the_nearest_limit():
+    batches = copy_batches(n=60, max_tokens=200)
+    trainer = Trainer(small_model(), TrainConfig(max_steps=100, max_epochs=2, cooldown=0.5, device="cpu"), batches)
+    trainer.state.epoch, trainer.state.batch_index = 1, 0  # half the epochs, 10% of the steps
+    assert trainer._budget_progress(10, time_progress=0.0) == pytest.approx(0.5)
+    assert trainer._budget_progress(10, time_progress=0.9) == pytest.approx(0.9)  # max_minutes nearer its end
+    assert trainer._budget_progress(95, time_progress=0.0) == pytest.approx(0.95)
+    timed = Trainer(small_model(), TrainConfig(max_minutes=20, cooldown=0.3, device="cpu"), batches)
+    assert timed._time_progress(60.0 * 17) == pytest.approx(0.85)
+    assert timed._budget_progress(10_000, timed._time_progress(60.0 * 17)) == pytest.approx(0.85)
+
+
+def test_resume_inside_the_cooldown_gives_the_same_weights(tmp_path):
+    """12 steps straight (a checkpoint at step 6) == a fresh model resumed from step 6 to 12, with the rate
+    cooling down over the last 75% of the steps."""
+    batches = copy_batches(n=80, max_tokens=120)
+    config = dict(max_steps=12, warmup=3, cooldown=0.75, progress=False, device="cpu")
+    torch.manual_seed(0)
+    straight = small_model(dropout=0.1)
+    Trainer(straight, TrainConfig(save_every=6, keep_last=None, **config), batches, out_dir=tmp_path).train()
+    torch.manual_seed(5)
+    resumed_model = small_model(dropout=0.1)
+    resumed = Trainer(resumed_model, TrainConfig(**config), batches, out_dir=tmp_path / "again")
+    resumed.load_checkpoint(tmp_path / "checkpoints" / "step_00000006.pt")
+    assert resumed.schedule.progress == pytest.approx(0.5)
+    resumed.train()
+    assert resumed.scheduler.get_last_lr()[0] == 0.0
+    for (name, a), b in zip(straight.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), name
 
 
 # -- loss -------------------------------------------------------------------------------------------------
