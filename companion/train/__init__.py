@@ -7,14 +7,15 @@
 * batches by token count (built by :func:`companion.data.batching.make_batches`), with gradient accumulation to
   reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
 
-On top of the paper: an optional linear cooldown of the rate to zero at the end of a fixed budget, bf16 autocast on CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm
-progress bar, a JSON-lines metrics log, atomic checkpoints (:mod:`companion.checkpoint`) with exact resume, and
-several processes through ``torchrun`` + :class:`~torch.nn.parallel.DistributedDataParallel`.
+On top of the paper: an optional linear cooldown of the rate to zero at the end of a fixed budget, bf16 autocast on
+CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm progress bar, a JSON-lines metrics log, atomic
+checkpoints (:mod:`companion.checkpoint`) with exact resume, and several processes through ``torchrun`` +
+:class:`~torch.nn.parallel.DistributedDataParallel`.
 
-Distributed training: launch with ``torchrun --nproc_per_node N ...``. Every rank sees the same list of
-(global) batches; each rank takes its contiguous share of the rows of every batch, and the loss of every rank
-is normalised by the *global* number of target tokens of the optimizer step, so that DDP's gradient averaging
-yields exactly the gradient one process would compute on the whole batch.
+Distributed training: launch with ``torchrun --nproc_per_node N ...``. Every rank sees the same list of (global)
+batches; each rank takes its contiguous share of the rows of every batch, and the loss of every rank is normalised
+by the *global* number of target tokens of the optimizer step, so that DDP's gradient averaging yields exactly the
+gradient one process would compute on the whole batch.
 """
 
 from .config import TrainConfig

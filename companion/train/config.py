@@ -175,9 +175,7 @@ class TrainConfig:
                 "set a limit: max_steps (--max-steps), max_minutes (--max-minutes) and/or max_epochs "
                 "(--max-epochs), or training never stops"
             )
-        self.cooldown = check_number(
-            label(TrainConfig, "cooldown"), self.cooldown, low=0, high=1, error=ConfigError
-        )
+        self.cooldown = check_number(label(TrainConfig, "cooldown"), self.cooldown, low=0, high=1, error=ConfigError)
         if len(self.betas) != 2:
             raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         for beta in self.betas:
