@@ -62,13 +62,18 @@ def test_noam_rejects_bad_arguments(kwargs, name):
         noam_lr(**kwargs)
 
 
-def test_trainer_steps_follow_the_schedule(tmp_path):
-    model = small_model()
-    config = TrainConfig(max_steps=7, warmup=4, lr_factor=3.0, progress=False, device="cpu", log_every=1)
-    trainer = Trainer(model, config, copy_batches(), out_dir=tmp_path)
+def logged_training(tmp_path, **config) -> tuple[Trainer, list[dict]]:
+    """A small model trained on the copy task with ``config``, one metrics line per step; the trainer and the
+    ``train`` lines of its metrics.jsonl."""
+    config = TrainConfig(progress=False, device="cpu", log_every=1, **config)
+    trainer = Trainer(small_model(), config, copy_batches(), out_dir=tmp_path)
     trainer.train()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    train_lines = [r for r in logged if r["kind"] == "train"]
+    return trainer, [r for r in logged if r["kind"] == "train"]
+
+
+def test_trainer_steps_follow_the_schedule(tmp_path):
+    trainer, train_lines = logged_training(tmp_path, max_steps=7, warmup=4, lr_factor=3.0)
     assert [r["step"] for r in train_lines] == list(range(1, 8))
     for record in train_lines:  # the lr logged at step n is the one the next step will use: noam(n + 1)
         assert record["lr"] == pytest.approx(noam_lr(record["step"] + 1, 32, 4, 3.0))
@@ -96,12 +101,8 @@ def test_cooldown_factor_is_one_then_falls_linearly_to_zero():
 
 
 def test_cooldown_brings_the_rate_to_zero_at_the_step_limit(tmp_path):
-    model = small_model()
-    config = TrainConfig(max_steps=8, warmup=2, cooldown=0.5, progress=False, device="cpu", log_every=1)
-    trainer = Trainer(model, config, copy_batches(), out_dir=tmp_path)
-    trainer.train()
-    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    lrs = {r["step"]: r["lr"] for r in logged if r["kind"] == "train"}
+    _, train_lines = logged_training(tmp_path, max_steps=8, warmup=2, cooldown=0.5)
+    lrs = {r["step"]: r["lr"] for r in train_lines}
     for step, lr in lrs.items():  # the lr logged at step n is the next step's: noam(n + 1) x the cooldown at n / 8
         assert lr == pytest.approx(noam_lr(step + 1, 32, 2) * cooldown_factor(step / 8, 0.5))
     assert lrs[3] == pytest.approx(noam_lr(4, 32, 2))  # before the last half: the paper's schedule
