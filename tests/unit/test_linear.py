@@ -65,10 +65,10 @@ def test_kept_copy_follows_in_place_updates_optimizer_steps_and_load_state_dict(
     x = torch.randn(6, 12)
     optimizer = torch.optim.SGD(ours.parameters(), lr=0.3)
 
-    def same() -> None:
+    def same() -> None:  # a stale copy is off by the update (~0.1 and more); the kernels differ by float32 rounding
         reference.load_state_dict(ours.state_dict())
         with torch.no_grad():
-            torch.testing.assert_close(ours(x), reference(x), atol=1e-6, rtol=0)
+            torch.testing.assert_close(ours(x), reference(x), atol=1e-6, rtol=1e-6)
 
     same()
     ours(x).sum().backward()
