@@ -46,7 +46,7 @@ class TrainConfig:
     Attributes:
         warmup, lr_factor: the schedule ``lr_factor * noam_lr(step, d_model, warmup)``.
         cooldown: the final fraction of the budget over which that rate is brought linearly to zero
-            (:func:`companion.train.schedule.cooldown_factor`; 0: none). The budget is the limits that are set;
+            (``companion.train.cooldown_factor``; 0: none). The budget is the limits that are set;
             the one nearest its end decides, so with ``max_minutes`` the decay follows the clock.
         betas, eps: Adam's settings (paper: 0.9, 0.98, 1e-9).
         label_smoothing: eps_ls (paper: 0.1).
