@@ -55,7 +55,7 @@ class NoamSchedule:
     optimizer step ``n`` (1-based) runs with ``noam_lr(n, ...)``. A plain object (not a lambda) so that the
     scheduler's ``state_dict`` holds its settings.
 
-    With ``cooldown > 0`` the rate is also multiplied by :func:`cooldown_factor` of ``progress``, the fraction of
+    With ``cooldown > 0`` the rate is also multiplied by ``cooldown_factor`` of ``progress``, the fraction of
     the run's budget (steps or minutes) spent so far, which the trainer sets before each scheduler step; the
     scheduler's ``state_dict`` keeps it, so a resumed run continues the same decay.
     """
