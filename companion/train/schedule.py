@@ -56,7 +56,7 @@ class NoamSchedule:
     scheduler's ``state_dict`` holds its settings.
 
     With ``cooldown > 0`` the rate is also multiplied by ``cooldown_factor`` of ``progress``, the fraction of
-    the run's budget (steps or minutes) spent so far, which the trainer sets before each scheduler step; the
+    the run's budget (steps, minutes or epochs) spent so far, which the trainer sets before each scheduler step; the
     scheduler's ``state_dict`` keeps it, so a resumed run continues the same decay.
     """
 
