@@ -16,7 +16,8 @@ comparable only on one machine in one state: compare candidates within one file 
 dated, one per day the candidates were run). OpenMP's wait policy is left as the environment sets it, as in
 ``bench/multi30k.py`` (until 2026-12-03 this script set OMP_WAIT_POLICY=PASSIVE, which trains 19-48% slower on an
 idle machine; the files record the policy). Scores carry sacreBLEU's BLEU and, beside it, tokenized BLEU
-(``companion.evaluate.tokenized_bleu``, case-sensitive).
+(``companion.evaluate.tokenized_bleu``, case-sensitive). ``bench/selection_table.py`` turns all the files into the
+README's table.
 """
 
 from __future__ import annotations
