@@ -48,8 +48,9 @@ CANDIDATES: dict[str, list[str]] = {
     "tokens1200_dropout02": ["--max-tokens", "1200", "--dropout", "0.2"],
     "tokens2400_dropout02": ["--max-tokens", "2400", "--dropout", "0.2"],
     "d192_tokens1200_dropout02": ["--max-tokens", "1200", "--dropout", "0.2", "--d-model", "192", "--d-ff", "768"],
-    # not run yet (listed for the next selection days): the schedule, and one shared subword vocabulary (the two
-    # vocabularies are then the same size, so the embeddings are shared and tied, as in the paper's section 3.4)
+    # the schedule (warmup800 never run; lr2 run once, too high), and one shared subword vocabulary (the two
+    # vocabularies are then the same size, so the embeddings are shared and tied, as in the paper's section 3.4;
+    # run on 2026-12-03 and 12-04, both directions: README's table)
     "tokens1200_warmup800": ["--max-tokens", "1200", "--warmup", "800"],
     "tokens1200_lr2": ["--max-tokens", "1200", "--lr-factor", "2"],
     "tokens1200_bpe8000": ["--max-tokens", "1200", "--tokenizer", "bpe", "--vocab-size", "8000"],
