@@ -20,7 +20,9 @@ import json
 import pathlib
 import sys
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
 START, END = "<!-- selection-table -->", "<!-- /selection-table -->"
 HEADER = (
     "| file (day, machine) | direction | candidate | steps | tokens/s | best valid BLEU (setting) | test BLEU |",
@@ -41,17 +43,19 @@ def _best(scores: dict) -> tuple[str, dict]:
     return max(scores.items(), key=lambda item: item[1]["bleu"])
 
 
-def _files_in_run_order(results: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:
+def _files_in_run_order(results: pathlib.Path | None) -> list[tuple[pathlib.Path, dict]]:
     """The selection files with their records, ordered by their first candidate's start (their names sort
     ``_eve`` before ``_pm``)."""
-    files = [(path, json.loads(path.read_text())) for path in results.glob("selection_multi30k_cpu_*.json")]
+    folder = _common.RESULTS if results is None else results
+    files = [(path, json.loads(path.read_text())) for path in folder.glob("selection_multi30k_cpu_*.json")]
     return sorted(
         files, key=lambda item: min(c["date"] for e in item[1]["directions"].values() for c in e["candidates"].values())
     )
 
 
-def rows(results: pathlib.Path = RESULTS) -> list[str]:
-    """The table's body: one Markdown row per candidate, files in the order they were run, candidates as run."""
+def rows(results: pathlib.Path | None = None) -> list[str]:
+    """The table's body: one Markdown row per candidate, files in the order they were run, candidates as run.
+    ``results``: the folder of the files (default ``bench/results``)."""
     body = []
     for path, record in _files_in_run_order(results):
         day = path.stem.removeprefix("selection_multi30k_cpu_")
@@ -70,7 +74,7 @@ def rows(results: pathlib.Path = RESULTS) -> list[str]:
     return body
 
 
-def table(results: pathlib.Path = RESULTS) -> str:
+def table(results: pathlib.Path | None = None) -> str:
     """The whole table (header and rows), as the README holds it between the markers."""
     return "\n".join([*HEADER, *rows(results)])
 
@@ -97,10 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--check", type=pathlib.Path, metavar="FILE", help="exit 1 if FILE's table is not current")
     args = parser.parse_args(argv)
     current = table()
+    target = args.write or args.check
+    try:
+        copy = None if target is None else readme_copy(target.read_text())
+    except (OSError, ValueError) as error:
+        print(f"{target}: {error}", file=sys.stderr)
+        return 2
     if args.write:
         args.write.write_text(with_table(args.write.read_text(), current))
     elif args.check:
-        if readme_copy(args.check.read_text()) != current:
+        if copy != current:
             print(
                 f"{args.check}: the selection table is out of date; run bench/selection_table.py --write {args.check}"
             )

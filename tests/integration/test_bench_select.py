@@ -134,6 +134,11 @@ def test_check_fails_on_a_stale_readme_table_and_write_renews_it(tmp_path, monke
     assert selection_table.main(["--check", str(readme)]) == 0
     with pytest.raises(ValueError, match="no <!-- selection-table -->"):
         selection_table.readme_copy("no table here")
+    plain = tmp_path / "plain.md"
+    plain.write_text("no table here\n")
+    assert selection_table.main(["--write", str(plain)]) == 2  # refused, file untouched
+    assert plain.read_text() == "no table here\n"
+    assert "plain.md: the text has no <!-- selection-table -->" in capsys.readouterr().err
 
 
 def test_the_readme_table_is_the_one_the_committed_results_give():
