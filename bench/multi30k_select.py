@@ -186,6 +186,11 @@ def run_candidate(name: str, args: argparse.Namespace) -> dict:
     }
 
 
+def best_setting(scores: dict) -> tuple[str, dict]:
+    """(average/alpha key, score) of one candidate's ``valid_bleu_beam4`` with the highest BLEU."""
+    return max(scores.items(), key=lambda item: item[1]["bleu"])
+
+
 def best(entries: dict) -> tuple[str, str, dict]:
     """(candidate, average/alpha key, score) with the highest validation BLEU."""
     return max(
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.score_test:
         if args.score_test not in entries:
             raise SystemExit(f"--score-test {args.score_test}: no such candidate in {_results_path(args.results)}")
-        key, score = max(entries[args.score_test]["valid_bleu_beam4"].items(), key=lambda item: item[1]["bleu"])
+        key, score = best_setting(entries[args.score_test]["valid_bleu_beam4"])
         alpha = float(key.split("alpha")[1])
         test = _score(Path(score["checkpoint"]), alpha, "test")
         entries[args.score_test]["test_at_chosen_setting"] = {"setting": key, "alpha": alpha, "beam_size": BEAM, **test}

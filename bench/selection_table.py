@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _common  # noqa: E402
+from multi30k_select import best_setting  # noqa: E402
 
 START, END = "<!-- selection-table -->", "<!-- /selection-table -->"
 HEADER = (
@@ -36,11 +37,6 @@ def _machine(cpu: str) -> str:
         if cpu.startswith(name):
             return name.replace("(R)", "")
     return cpu
-
-
-def _best(scores: dict) -> tuple[str, dict]:
-    """The validation score with the highest BLEU: ``(setting, score)`` (the first one where several tie)."""
-    return max(scores.items(), key=lambda item: item[1]["bleu"])
 
 
 def _files_in_run_order(results: pathlib.Path | None) -> list[tuple[pathlib.Path, dict]]:
@@ -63,7 +59,7 @@ def rows(results: pathlib.Path | None = None) -> list[str]:
         for direction, entry in record["directions"].items():
             chosen = entry.get("chosen_on_valid", {}).get("candidate")
             for name, candidate in entry["candidates"].items():
-                setting, score = _best(candidate["valid_bleu_beam4"])
+                setting, score = best_setting(candidate["valid_bleu_beam4"])
                 test = candidate.get("test_at_chosen_setting")
                 mark = "**" if name == chosen else ""
                 body.append(
@@ -102,21 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     current = table()
     target = args.write or args.check
+    if target is None:
+        print(current)
+        return 0
     try:
-        copy = None if target is None else readme_copy(target.read_text())
+        text = target.read_text()
+        copy = readme_copy(text)
     except (OSError, ValueError) as error:
         print(f"{target}: {error}", file=sys.stderr)
         return 2
     if args.write:
-        args.write.write_text(with_table(args.write.read_text(), current))
-    elif args.check:
-        if copy != current:
-            print(
-                f"{args.check}: the selection table is out of date; run bench/selection_table.py --write {args.check}"
-            )
-            return 1
-    else:
-        print(current)
+        target.write_text(with_table(text, current))
+    elif copy != current:
+        print(f"{target}: the selection table is out of date; run bench/selection_table.py --write {target}")
+        return 1
     return 0
 
 
