@@ -93,6 +93,18 @@ class PretrainedModel:
     path: Path
     info: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def languages(self) -> tuple[str, str]:
+        """``(source, target)`` language codes, e.g. ``("de", "en")``: from the run that trained the model (its
+        ``info``), else from word tokenizers (a shared subword tokenizer serves both languages and names neither)."""
+        source, target = self.info.get("src"), self.info.get("tgt")
+        if isinstance(source, str) and isinstance(target, str):
+            return source, target
+        named = tuple(getattr(t, "language", None) for t in (self.src_tokenizer, self.tgt_tokenizer))
+        if not all(isinstance(language, str) for language in named):
+            raise ValueError(f"{self.path}: neither its run record nor its tokenizers name the two languages")
+        return named  # type: ignore[return-value]
+
     @overload
     def translate(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]; the str case comes first
         self, sentences: str, *, beam_size: int = 4, alpha: float = 0.6

@@ -13,8 +13,9 @@ holds everything the translator needs, so the page loads nothing from another ho
 - per direction, a folder ``de-en/``, ``en-de/`` with ``encoder.onnx`` and ``decoder.onnx`` (the model exported
   by :func:`companion.export.export_onnx`: the encoder, and one decoder step with a key/value cache) and
   ``model.json``: the model card (data, size, test BLEU with sacreBLEU signatures, training command, the
-  Multi30k terms), the decoding settings, both vocabularies, spaCy's tokenizer rules of the source language for
-  the page's tokenizer, and example sentences (the first ``--examples`` source sentences of test_2016_flickr);
+  Multi30k terms), the decoding settings, both tokenizers (``Tokenizer.to_dict()``; for a word tokenizer also
+  spaCy's rules of the source language, for the page's tokenizer), and example sentences (the first
+  ``--examples`` source sentences of test_2016_flickr);
 - the page's scripts and stylesheet (copied from ``web/translator/``);
 - ``ort/``: ONNX Runtime Web's WASM build, copied from ``web/node_modules`` (``npm ci --prefix web`` installs
   the version pinned in ``web/package-lock.json``).
@@ -105,12 +106,12 @@ def model_card(pretrained, onnx_bytes: dict[str, int]) -> dict:
 
 def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], direction: str = "de-en") -> dict:
     from companion.data.spacy_export import spacy_tokenizer_rules
-    from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+    from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, WordTokenizer
     from companion.decode import MAX_ALPHA
 
     config = pretrained.model.config
-    source, target = pretrained.src_tokenizer.language, pretrained.tgt_tokenizer.language
-    return {
+    source, target = pretrained.languages
+    record = {
         "direction": {
             "id": direction,
             "source": source,
@@ -142,9 +143,11 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
         },
         "src_tokenizer": pretrained.src_tokenizer.to_dict(),
         "tgt_tokenizer": pretrained.tgt_tokenizer.to_dict(),
-        "src_rules": spacy_tokenizer_rules(pretrained.src_tokenizer.language),
         "examples": examples,
     }
+    if isinstance(pretrained.src_tokenizer, WordTokenizer):  # a subword tokenizer needs no spaCy rules
+        record["src_rules"] = spacy_tokenizer_rules(source)
+    return record
 
 
 def build_direction(folder: pathlib.Path, direction: str, source: str, target: str, n_examples: int, data_dir, path):
@@ -154,7 +157,7 @@ def build_direction(folder: pathlib.Path, direction: str, source: str, target: s
     from companion.export import export_onnx
 
     pretrained = load_pretrained(direction=direction, path=path, download=False)
-    languages = (pretrained.src_tokenizer.language, pretrained.tgt_tokenizer.language)
+    languages = pretrained.languages
     if languages != (source, target):
         raise SystemExit(f"build_translator: the {direction} model translates {languages[0]} -> {languages[1]}")
     examples = [src for src, _ in load_multi30k(source, target, data_dir=data_dir)["test"][:n_examples]]

@@ -48,15 +48,25 @@ def run_dir(direction: str) -> str:
     return f"runs/pretrained-{direction}"
 
 
+# Each direction's setting as chosen on its validation split by bench/multi30k_select.py (20 CPU-minutes per
+# candidate, README's selection table; bench/results/selection_multi30k_cpu_2026-12-04.json): one shared BPE
+# vocabulary (the embeddings shared with it) with 8,000 tokens and 1,200-token batches for de-en (41.47 validation
+# BLEU against 39.38 for the word vocabularies), 4,000 tokens and 2,400-token batches for en-de (37.91).
+SETTINGS = {
+    "de-en": "--tokenizer bpe --vocab-size 8000 --max-tokens 1200",
+    "en-de": "--tokenizer bpe --vocab-size 4000 --max-tokens 2400",
+}
+
+
 def train_command(direction: str) -> str:
     """The command each shipped model is trained with: 52 minutes of training on one CPU thread, the two
-    directions side by side on a 2-core machine, with the small preset's current settings (each checkpoint's
-    ``args`` record them, e.g. ``max_tokens``). A minute budget, not a step budget: this machine's speed varies
+    directions side by side on a 2-core machine, with the small preset and the direction's SETTINGS (each
+    checkpoint's ``args`` record them). A minute budget, not a step budget: this machine's speed varies
     from day to day (the small preset ran at 4.7 steps/s on 2 threads on 2026-12-02 against 10.6 on another day),
     so a fixed step count could not be planned; the card gives the steps reached and the load while training."""
     src, tgt = direction.split("-")
     return (
-        f"python -m companion train --src {src} --tgt {tgt} --preset small --tokenizer word --min-freq 2 --seed 0 "
+        f"python -m companion train --src {src} --tgt {tgt} --preset small {SETTINGS[direction]} --seed 0 "
         f"--max-minutes 52 --save-every-minutes 2 --keep-last 5 --average-last 5 --threads 1 --no-progress "
         f"--log-every 200 --eval-every 100000 --out {run_dir(direction)} --overwrite"
     )
@@ -262,6 +272,19 @@ def training_record(run: pathlib.Path) -> dict:
     }
 
 
+def vocabulary_description(args: dict) -> str:
+    """The card's words for the run's vocabulary, from the training arguments its checkpoint records."""
+    if args.get("tokenizer") == "bpe":
+        return (
+            f"one byte-pair-encoding vocabulary of {args['vocab_size']:,} tokens shared by both languages, learned "
+            f"from the training split (--tokenizer bpe --vocab-size {args['vocab_size']}); the embeddings are shared"
+        )
+    return (
+        f"word vocabularies from the training split, words seen at least {args.get('min_freq', 1)} times "
+        f"(--min-freq {args.get('min_freq', 1)})"
+    )
+
+
 def package(
     direction: str,
     data_dir: str | None,
@@ -298,7 +321,7 @@ def package(
         "task": f"{LANGUAGE_NAMES[src]} -> {LANGUAGE_NAMES[tgt]} translation of image captions",
         "data": (
             "Multi30k task 1 (train 29,000 pairs; validation 1,014 pairs; scored on test_2016_flickr, 1,000 pairs); "
-            "word vocabularies from the training split, words seen at least twice (--min-freq 2)"
+            + vocabulary_description((shipped.get("run_info") or {}).get("args", {}))
         ),
         "model": {"preset": "small", "parameters": model.num_parameters(), **shipped["model_config"]},
         "training_command": command,

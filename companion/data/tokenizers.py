@@ -372,6 +372,7 @@ class SubwordTokenizer(Tokenizer):
         if ids != [PAD_ID, UNK_ID, BOS_ID, EOS_ID]:
             raise ValueError(f"the special tokens {list(SPECIAL_TOKENS)} must have ids 0-3, got {ids}")
         self._tokenizer = tokenizer
+        self._itos: list[str] | None = None  # built at the first use of itos
 
     @classmethod
     def train(
@@ -409,6 +410,13 @@ class SubwordTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size()
+
+    @property
+    def itos(self) -> list[str]:
+        """The subword string of every id (as :attr:`WordTokenizer.itos`; ``▁`` marks a preceding space)."""
+        if self._itos is None:
+            self._itos = [token for token, _ in sorted(self._tokenizer.get_vocab().items(), key=lambda item: item[1])]
+        return self._itos
 
     def tokenize(self, text: str) -> list[str]:
         """Text -> subword strings (``▁`` marks a preceding space)."""

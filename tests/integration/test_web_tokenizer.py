@@ -1,7 +1,9 @@
-"""The in-page tokenizer (web/translator/tokenizer.js) gives exactly the ids and texts of the Python
-WordTokenizer of the shipped model: on every German sentence of Multi30k, on edge cases and random strings,
-and for decoding English ids. Every JavaScript result comes from ONE node process (tokenize_cli.js), run
-once for the whole module; Python computes the reference with spaCy itself."""
+"""The in-page word tokenizer (web/translator/tokenizer.js) gives exactly the ids and texts of the Python
+WordTokenizer: on every German sentence of Multi30k, on edge cases and random strings, and for decoding English
+ids. (The shipped models use the subword tokenizer, tests/integration/test_web_subword.py; the word tokenizers
+here are built from the validation split, or from the edge cases when the data is not here.) Every JavaScript
+result comes from ONE node process (tokenize_cli.js), run once for the whole module; Python computes the
+reference with spaCy itself."""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from pathlib import Path
 import pytest
 from _node import node
 
-from companion import load_pretrained
 from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, load_multi30k
 from companion.data.spacy_export import RULES_FORMAT, python_regex_to_js, spacy_tokenizer_rules
+from companion.data.tokenizers import WordTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = REPO / "web" / "translator" / "tokenize_cli.js"
@@ -89,10 +91,8 @@ def js_value(item):
 # -- fixtures: the Python side, then one node run for everything ---------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shipped():
-    model = load_pretrained()
-    return model.src_tokenizer, model.tgt_tokenizer
+# every English token crafted_id_lists spells, so that the English vocabulary has them whatever it is built from
+CRAFTED_ENGLISH = "a dog runs. \" hello \" says the man. a man's hat (red), a woman's bag. ! ?"
 
 
 @pytest.fixture(scope="module")
@@ -105,15 +105,23 @@ def corpus():
 
 
 @pytest.fixture(scope="module")
+def word_tokenizers(corpus):
+    """A German and an English WordTokenizer: from the validation split, or from the edge cases without data."""
+    german = corpus["valid"][0] if corpus else [text for text in EDGE_CASES if "\ud800" not in text]
+    english = corpus["valid"][1] if corpus else ["A man in a red hat.", "Two women walk down the street."]
+    return WordTokenizer.build(german, "de"), WordTokenizer.build([*english, CRAFTED_ENGLISH], "en")
+
+
+@pytest.fixture(scope="module")
 def rules():
     return {"de": spacy_tokenizer_rules("de"), "en": spacy_tokenizer_rules("en")}
 
 
 @pytest.fixture(scope="module")
-def cases(shipped, corpus, rules):
+def cases(word_tokenizers, corpus, rules):
     """Every input, by name: German texts for the source tokenizer, English texts for the en rules, id lists
     and token lists for the target tokenizer."""
-    src, tgt = shipped
+    src, tgt = word_tokenizers
     german = {"edge": EDGE_CASES, "fuzz": fuzz_texts(3000, seed=0), "specials": special_case_probes(rules["de"])}
     english = {"fuzz": fuzz_texts(1000, seed=1), "specials": special_case_probes(rules["en"])}
     if corpus is not None:
@@ -175,9 +183,9 @@ def regex_requests() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def js(shipped, rules, cases):
+def js(word_tokenizers, rules, cases):
     """All JavaScript results, from one node process."""
-    src, tgt = shipped
+    src, tgt = word_tokenizers
     german_names, english_names = list(cases["german"]), list(cases["english"])
     decode = cases["decode"]
     requests = [
@@ -231,10 +239,10 @@ def mismatch_report(texts, python, javascript, limit=3) -> str:
 
 
 @pytest.mark.parametrize("split", list(SPLIT_SIZES))
-def test_multi30k_german_ids_are_identical(split, shipped, corpus, cases, js):
+def test_multi30k_german_ids_are_identical(split, word_tokenizers, corpus, cases, js):
     if corpus is None:
         pytest.skip(f"Multi30k not found in {DATA} (set COMPANION_DATA_DIR)")
-    src, _ = shipped
+    src, _ = word_tokenizers
     texts = cases["german"][split]
     assert len(texts) == SPLIT_SIZES[split]
     python_ids = src.encode_batch(texts)
@@ -244,8 +252,8 @@ def test_multi30k_german_ids_are_identical(split, shipped, corpus, cases, js):
 
 
 @pytest.mark.parametrize("group", ["edge", "fuzz", "specials"])
-def test_german_tokens_and_ids_are_identical_on_hard_inputs(group, shipped, cases, js):
-    src, _ = shipped
+def test_german_tokens_and_ids_are_identical_on_hard_inputs(group, word_tokenizers, cases, js):
+    src, _ = word_tokenizers
     texts = cases["german"][group]
     python_tokens = [python_result(src.tokenize, text) for text in texts]
     python_ids = [python_result(src.encode, text) for text in texts]
@@ -256,10 +264,10 @@ def test_german_tokens_and_ids_are_identical_on_hard_inputs(group, shipped, case
     assert python_ids == javascript_ids, mismatch_report(texts, python_ids, javascript_ids)
 
 
-def test_edge_cases_say_what_they_test(shipped, js):
+def test_edge_cases_say_what_they_test(word_tokenizers, js):
     """A few edge cases spelled out, from Python (the reference), so that the comparison above means what it
     claims: nothing for empty or blank text, exceptions kept whole, URLs kept whole."""
-    src, _ = shipped
+    src, _ = word_tokenizers
     edge = dict(zip(EDGE_CASES, js["german"]["edge"]["tokens"], strict=True))
     assert edge[""] == edge["   "] == edge[" \t\n\u00a0\u2003 "] == src.tokenize("   ") == []
     assert "z.B." in src.tokenize("(z.B.)") and "z.B." in edge["(z.B.)"]
@@ -276,19 +284,19 @@ def test_the_page_script_gives_the_same_results(js):
     assert js["classic_script"] == js["german"]["edge"]
 
 
-def test_lone_surrogates_are_refused_by_both(shipped, js):
-    src, _ = shipped
+def test_lone_surrogates_are_refused_by_both(word_tokenizers, js):
+    src, _ = word_tokenizers
     with pytest.raises(ValueError, match="lone surrogate"):
         src.encode("Hund \ud800")
     assert "lone surrogate" in js["german"]["edge"]["ids"][EDGE_CASES.index("Hund \ud800")]["error"]
 
 
 @pytest.mark.parametrize("group", ["test", "fuzz", "specials"])
-def test_english_rules_give_spacys_english_tokens(group, shipped, corpus, cases, js):
+def test_english_rules_give_spacys_english_tokens(group, word_tokenizers, corpus, cases, js):
     """The export is not German-specific: spaCy's English rules (1,347 exceptions) run the same way."""
     if group not in cases["english"]:
         pytest.skip(f"Multi30k not found in {DATA} (set COMPANION_DATA_DIR)")
-    _, tgt = shipped
+    _, tgt = word_tokenizers
     texts = cases["english"][group]
     python_tokens = [python_result(tgt.tokenize, text) for text in texts]
     javascript_tokens = [js_value(item) for item in js["english"][group]["tokens"]]
@@ -298,10 +306,10 @@ def test_english_rules_give_spacys_english_tokens(group, shipped, corpus, cases,
 # -- decoding -----------------------------------------------------------------------------------------------
 
 
-def test_decode_matches_python_on_the_test_references(shipped, corpus, cases, js):
+def test_decode_matches_python_on_the_test_references(word_tokenizers, corpus, cases, js):
     if corpus is None:
         pytest.skip(f"Multi30k not found in {DATA} (set COMPANION_DATA_DIR)")
-    _, tgt = shipped
+    _, tgt = word_tokenizers
     id_lists = cases["decode"]["references"]
     python_texts = [tgt.decode(ids) for ids in id_lists]
     javascript_texts = js["decoded"][len(cases["decode"]["crafted"]) :]
@@ -309,8 +317,8 @@ def test_decode_matches_python_on_the_test_references(shipped, corpus, cases, js
     assert python_texts == javascript_texts, mismatch_report(id_lists, python_texts, javascript_texts)
 
 
-def test_decode_matches_python_on_crafted_ids(shipped, cases, js):
-    _, tgt = shipped
+def test_decode_matches_python_on_crafted_ids(word_tokenizers, cases, js):
+    _, tgt = word_tokenizers
     id_lists = cases["decode"]["crafted"]
     python_texts = [python_result(tgt.decode, ids) for ids in id_lists]
     javascript_texts = [js_value(item) for item in js["decoded"][: len(id_lists)]]
@@ -318,8 +326,8 @@ def test_decode_matches_python_on_crafted_ids(shipped, cases, js):
     assert python_texts[-4:] == ["error"] * 4 and "<unk>" in python_texts[5]
 
 
-def test_detokenize_matches_python(shipped, cases, js):
-    _, tgt = shipped
+def test_detokenize_matches_python(word_tokenizers, cases, js):
+    _, tgt = word_tokenizers
     token_lists = cases["decode"]["tokens"]
     python_texts = [tgt.detokenize(tokens) for tokens in token_lists]
     assert python_texts == js["detokenized"], mismatch_report(token_lists, python_texts, js["detokenized"])

@@ -120,6 +120,12 @@ def test_subword_round_trip_and_shared_vocabulary(subword):
     assert subword.vocab_size <= 200
 
 
+def test_subword_itos_names_every_id(subword):
+    assert len(subword.itos) == subword.vocab_size and subword.itos[:4] == list(SPECIAL_TOKENS)
+    ids = subword.encode(ENGLISH[0])
+    assert [subword.itos[i] for i in ids] == subword.tokenize(ENGLISH[0])
+
+
 def test_unigram_model_also_round_trips():
     tok = SubwordTokenizer.train(ENGLISH, vocab_size=120, model="unigram")
     assert all(tok.decode(tok.encode(s)) == s for s in ENGLISH)

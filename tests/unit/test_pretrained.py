@@ -130,7 +130,7 @@ def test_each_direction_is_found_under_its_own_file(direction, tmp_path, tiny_mo
     assert pretrained.pretrained_path(pretrained.DIRECTIONS[direction]) == path  # the model's name works too
     loaded = companion.load_pretrained(direction=direction)
     assert loaded.path == path
-    assert (loaded.src_tokenizer.language, loaded.tgt_tokenizer.language) == tuple(direction.split("-"))
+    assert loaded.languages == tuple(direction.split("-"))
     other = next(d for d in DIRECTIONS if d != direction)
     with pytest.raises(companion.PretrainedUnavailableError, match=f"{other}-small.pt"):
         companion.load_pretrained(direction=other, download=False)  # the other direction's file is not there
@@ -177,7 +177,7 @@ def test_the_shipped_model_matches_its_card_and_translates(direction):
     loaded = companion.load_pretrained(direction, download=False)
     assert loaded.path == weights
     assert loaded.model.num_parameters() == card["model"]["parameters"]
-    assert (loaded.src_tokenizer.language, loaded.tgt_tokenizer.language) == tuple(direction.split("-"))
+    assert loaded.languages == tuple(direction.split("-"))
     assert all(torch.isfinite(p).all() for p in loaded.model.parameters())
     sentences, expected_words = SENTENCES[direction]
     for translation, words in zip(loaded.translate(sentences), expected_words):
@@ -218,6 +218,8 @@ def test_the_shipped_card_has_every_field(direction):
     if "direction" not in card:
         pytest.skip(f"{card_path.name} was written by an older tools/make_pretrained.py: run it again")
     check_card(card, direction)
+    bpe = "--tokenizer bpe" in card["training_command"]
+    assert ("byte-pair" in card["data"]) == bpe and ("word vocabularies" in card["data"]) == (not bpe)
 
 
 def _make_pretrained_tool():
@@ -261,6 +263,15 @@ def test_make_pretrained_ships_a_run_with_a_complete_card(direction, tmp_path, t
     assert pretrained._sha256(shipped) == card["sha256"] != pretrained._sha256(averaged)  # no optimizer state
     assert companion.load_pretrained(direction, path=shipped).info["step"] == 7
     assert card["history"] == tool.UNRECORDED_HISTORY and card["training_seconds"] is None  # no training record
+
+
+def test_the_cards_name_the_vocabulary_each_run_used():
+    tool = _make_pretrained_tool()
+    bpe = tool.vocabulary_description({"tokenizer": "bpe", "vocab_size": 8000})
+    assert "8,000 tokens shared by both languages" in bpe and "--vocab-size 8000" in bpe
+    assert "--min-freq 2" in tool.vocabulary_description({"tokenizer": "word", "min_freq": 2})
+    for direction, setting in tool.SETTINGS.items():  # each direction trains with its own chosen setting
+        assert f"--preset small {setting} " in tool.TRAIN_COMMANDS[direction]
 
 
 def test_make_pretrained_records_when_and_under_what_load_each_run_trained(tmp_path, monkeypatch):
@@ -349,3 +360,16 @@ def test_a_registered_but_unshipped_model_says_how_to_make_it(monkeypatch):
     monkeypatch.setitem(pretrained.PRETRAINED_MODELS, "multi30k-en-de-small", entry)
     with pytest.raises(PretrainedUnavailableError, match=r"not shipped.*make_pretrained.py --direction en-de"):
         pretrained.load_pretrained("en-de", download=False)
+
+
+def test_languages_come_from_the_run_record_or_word_tokenizers(tiny_checkpoint):
+    loaded = companion.load_pretrained(path=tiny_checkpoint)
+    assert loaded.languages == ("de", "en")
+    from_tokenizers = pretrained.PretrainedModel(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, loaded.path)
+    assert from_tokenizers.languages == (loaded.src_tokenizer.language, loaded.tgt_tokenizer.language)
+    from companion.data.tokenizers import SubwordTokenizer
+
+    shared = SubwordTokenizer.train(["ein hund", "a dog"], vocab_size=40)
+    unnamed = pretrained.PretrainedModel(loaded.model, shared, shared, loaded.path)
+    with pytest.raises(ValueError, match="name the two languages"):
+        unnamed.languages

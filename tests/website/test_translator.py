@@ -29,6 +29,8 @@ import time
 import pytest
 from _pages import guard_page
 
+from companion.data.tokenizers import SubwordTokenizer
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 PAGE = "book/translator.html"
@@ -38,8 +40,10 @@ DIRECTIONS = ("de-en", "en-de")  # the first is the page's default
 N_SENTENCES = 12
 # (beam size, alpha): greedy search, the paper's setting, and the widest beam the page offers with another alpha
 SEARCHES = [(1, 0.0), (4, 0.6), (8, 1.0)]
-# Words that are not in the model's German vocabulary (checked against the Python tokenizer below)
+# Words that are not in a German word vocabulary, and characters that are in no subword vocabulary of Multi30k
+# (both checked against the Python tokenizer below: a subword vocabulary spells every Latin word with its pieces)
 UNKNOWN_SENTENCE = "Ein Quastenflosser schwimmt neben dem Zwergplaneten Ceres."
+UNKNOWN_CHARACTERS_SENTENCE = "Ein Hund spielt mit \u2603 und \u265e."
 NON_LATIN_SENTENCE = "Ein Mann fährt mit dem Fahrrad nach 東京 und Москва."
 TIMEOUT_MS = 120_000
 
@@ -461,12 +465,28 @@ def test_empty_box_gives_a_message_and_no_translation(translator):
     translator.assert_clean()
 
 
+def unknown_source_tokens(reference, text: str) -> list[str]:
+    """The source tokens the page marks as <unk>: whole words for a word tokenizer, single characters (as the page
+    shows them) for a subword tokenizer, checked to be <unk>'s in Python's ids."""
+    tokenizer = reference.src_tokenizer
+    ids, _ = python_source_ids(reference, text)
+    if isinstance(tokenizer, SubwordTokenizer):
+        vocabulary = set(tokenizer.itos)
+        unknown = [ch for ch in text if not ch.isspace() and ch not in vocabulary]
+    else:
+        tokens = tokenizer.tokenize(text)
+        unknown = [tokens[i] for i, token_id in enumerate(ids[:-1]) if token_id == tokenizer.unk_id]
+    assert ids.count(tokenizer.unk_id) == len(unknown)
+    return unknown
+
+
 def test_unknown_words_are_translated_and_marked(translator, reference):
-    ids, _ = python_source_ids(reference, UNKNOWN_SENTENCE)
-    tokens = reference.src_tokenizer.tokenize(UNKNOWN_SENTENCE)
-    unknown = [tokens[i] for i, token_id in enumerate(ids[:-1]) if token_id == reference.src_tokenizer.unk_id]
-    assert unknown, "the test sentence needs words outside the vocabulary"
-    translator.ui_translate(UNKNOWN_SENTENCE, greedy=True)
+    subword = isinstance(reference.src_tokenizer, SubwordTokenizer)
+    sentence = UNKNOWN_CHARACTERS_SENTENCE if subword else UNKNOWN_SENTENCE
+    ids, _ = python_source_ids(reference, sentence)
+    unknown = unknown_source_tokens(reference, sentence)
+    assert unknown, "the test sentence needs tokens outside the vocabulary"
+    translator.ui_translate(sentence, greedy=True)
     page = translator.page
     result = translator.app_result()
     assert result["sourceIds"] == ids
@@ -481,9 +501,8 @@ def test_unknown_words_are_translated_and_marked(translator, reference):
 
 def test_non_latin_letters_become_unk_with_a_message(translator, reference):
     ids, _ = python_source_ids(reference, NON_LATIN_SENTENCE)
-    tokens = reference.src_tokenizer.tokenize(NON_LATIN_SENTENCE)
-    foreign = [t for t in tokens if any(ord(ch) > 0x24F and ch.isalpha() for ch in t)]
-    assert foreign and all(ids[tokens.index(t)] == reference.src_tokenizer.unk_id for t in foreign)
+    foreign = [t for t in unknown_source_tokens(reference, NON_LATIN_SENTENCE) if any(ord(ch) > 0x24F for ch in t)]
+    assert foreign
     (result,) = translator.translate([{"text": NON_LATIN_SENTENCE, "beamSize": 4, "alpha": 0.6}])
     assert result["sourceIds"] == ids
     assert result["ids"] == python_decode(reference, ids, 4, 0.6)

@@ -12,7 +12,9 @@
  *   {"regexes": [{"source", "flags", "method", "text"}, ...]}
  *        -> {"spans": [[[start, end], ...], ...]}: where RegExp(source, flags) matches, used as Python's
  *           re.search / re.match / re.finditer (method), in code points like Python's offsets
- * R is spacy_tokenizer_rules(language), T is WordTokenizer.to_dict(). An item that throws gives
+ * R is spacy_tokenizer_rules(language), T is WordTokenizer.to_dict() or SubwordTokenizer.to_dict() (a subword T:
+ * "tokens" are its subwords, R is not needed, and with "keep_unknown": true a character outside the vocabulary is
+ * itself instead of "<unk>", as the page shows it). An item that throws gives
  * {"error": "<ErrorName>: <message>"} in its place. With "classic_script": true, a request runs tokenizer.js
  * loaded as a page loads it (a plain script in a fresh global scope, read from globalThis.CompanionTokenizer).
  */
@@ -55,10 +57,11 @@ function regexSpans({ source, flags, method, text }) {
 }
 
 function run(request) {
-  const { tokenize, encode, decode, detokenize } = request.classic_script ? asClassicScript() : asModule;
+  const { tokenizeWith, encode, decode, detokenize } = request.classic_script ? asClassicScript() : asModule;
   const result = {};
   if (request.texts) {
-    result.tokens = each(request.texts, (text) => tokenize(text, request.rules));
+    const options = { keepUnknown: Boolean(request.keep_unknown) };
+    result.tokens = each(request.texts, (text) => tokenizeWith(text, request.tokenizer, request.rules, options));
     if (request.tokenizer) result.ids = each(request.texts, (text) => encode(text, request.tokenizer, request.rules));
   }
   if (request.decode) result.decoded = each(request.decode, (ids) => decode(ids, request.tokenizer));

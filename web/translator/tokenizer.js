@@ -1,14 +1,19 @@
 /*
- * The book's word tokenizer in the browser: spaCy's rule-based tokenizer plus the WordTokenizer vocabulary
- * (companion/data/tokenizers.py), giving exactly the ids that Python gives.
+ * The book's two tokenizers in the browser (companion/data/tokenizers.py), giving exactly the ids that Python gives:
+ * the word tokenizer (spaCy's rule-based tokenizer plus the WordTokenizer vocabulary) and the subword tokenizer
+ * (SubwordTokenizer: byte-pair encoding, see the section "the subword tokenizer" below).
  *
- *   tokenize(text, rules)              -> token strings (whitespace tokens dropped, like WordTokenizer.tokenize)
- *   encode(text, tokenizerDict, rules) -> ids, unknown tokens -> <unk>=1, no <bos>/<eos>
- *   decode(ids, tokenizerDict)         -> text (stops at <eos>=3, skips <pad>=0/<bos>=2, like WordTokenizer.decode)
- *   detokenize(tokens, tokenizerDict)  -> text (learned glue and the straight-quote rule)
+ *   tokenize(text, rules)                  -> spaCy's token strings (whitespace tokens dropped, like
+ *                                             WordTokenizer.tokenize)
+ *   tokenizeSubwords(text, tokenizerDict)  -> subword strings (SubwordTokenizer.tokenize)
+ *   tokenizeWith(text, tokenizerDict, rules) -> whichever of the two the tokenizer uses
+ *   encode(text, tokenizerDict, rules)     -> ids, unknown tokens -> <unk>=1, no <bos>/<eos> (either tokenizer)
+ *   decode(ids, tokenizerDict)             -> text (stops at <eos>=3, skips <pad>=0/<bos>=2; either tokenizer)
+ *   tokenStrings(tokenizerDict)            -> the token string of every id
+ *   detokenize(tokens, tokenizerDict)      -> text of word tokens (learned glue and the straight-quote rule)
  *
  * `rules` is companion.data.spacy_export.spacy_tokenizer_rules(language) (JSON), `tokenizerDict` is
- * WordTokenizer.to_dict(). The algorithm follows spaCy's Cython tokenizer (spacy/tokenizer.pyx, v3.8):
+ * WordTokenizer.to_dict() or SubwordTokenizer.to_dict(). The word tokenizer's algorithm follows spaCy's Cython tokenizer (spacy/tokenizer.pyx, v3.8):
  *   1. split the text into runs of whitespace and non-whitespace (Python's str.isspace); a single " " after a
  *      token is that token's trailing space, any other whitespace becomes a token of its own;
  *   2. each run: a special case as a whole, else strip prefixes and suffixes (stopping early at a
@@ -335,7 +340,7 @@
   }
 
   /** Token ids of `text` (WordTokenizer.encode): no <bos>/<eos>, unknown tokens are <unk>. */
-  function encode(text, tokenizerDict, rules) {
+  function encodeWords(text, tokenizerDict, rules) {
     const { stoi } = vocabulary(tokenizerDict);
     if (rules && tokenizerDict.language !== rules.language) {
       throw new Error(`rules are for "${rules.language}" but the tokenizer is for "${tokenizerDict.language}"`);
@@ -343,9 +348,8 @@
     return tokenize(text, rules).map((token) => (stoi.has(token) ? stoi.get(token) : UNK_ID));
   }
 
-  /** Text of `ids` (WordTokenizer.decode): up to the first <eos>, without <pad> and <bos>. */
-  function decode(ids, tokenizerDict) {
-    const { itos } = vocabulary(tokenizerDict);
+  /** The token strings of `ids` up to the first <eos>, without <pad> and <bos> (Tokenizer._content_ids). */
+  function contentTokens(ids, itos) {
     if (!Array.isArray(ids) && !ArrayBuffer.isView(ids)) {
       throw new TypeError(`ids must be an array of integers, got ${typeName(ids)}`);
     }
@@ -359,7 +363,12 @@
       if (id === EOS_ID) break;
       if (id !== PAD_ID && id !== BOS_ID) tokens.push(itos[id]);
     }
-    return detokenize(tokens, tokenizerDict);
+    return tokens;
+  }
+
+  /** Text of `ids` (WordTokenizer.decode): up to the first <eos>, without <pad> and <bos>. */
+  function decodeWords(ids, tokenizerDict) {
+    return detokenize(contentTokens(ids, vocabulary(tokenizerDict).itos), tokenizerDict);
   }
 
   /** Join tokens with spaces except where the learned glue says they touch (WordTokenizer.detokenize). A
@@ -390,9 +399,216 @@
     return text;
   }
 
+  // -- the subword tokenizer (SubwordTokenizer: byte-pair encoding from Hugging Face `tokenizers`) ----------
+  //
+  // SubwordTokenizer.to_dict() holds the library's JSON (`tokenizer`), whose pipeline for the book's BPE is:
+  //   0. the special tokens' texts (<pad> <unk> <bos> <eos>) found in the raw text are their ids as they are
+  //      (the library's added vocabulary, not normalized); the text between them goes through steps 1-4 alone;
+  //   1. normalizer: Unicode NFC, each run of White_Space -> one space, no leading or trailing White_Space;
+  //   2. pre-tokenizer Metaspace (replacement "▁", prepend_scheme "always", split): spaces become "▁", a "▁" is
+  //      put in front unless the text starts with one, and the text is cut before every "▁";
+  //   3. pre-tokenizer Punctuation (isolated): every punctuation character (ASCII punctuation or a Unicode P*
+  //      category) becomes a piece of its own;
+  //   4. BPE on each piece: its characters (code points; one not in the vocabulary is <unk>, not fused), then the
+  //      learned merges, the lowest-ranked adjacent pair first (a merge made from a merged token always ranks
+  //      after the merge that made it, so merging every occurrence of the best pair left to right is the
+  //      library's order).
+  // Decoding (Metaspace decoder): the tokens' "▁" become spaces, and the first token's leading space is dropped.
+  // Only this configuration is accepted: anything else is an error that names the setting, never a silent
+  // difference from Python.
+
+  const METASPACE = "\u2581";
+  const WHITE_SPACE_RUN = /\p{White_Space}+/gu;
+  const OUTER_WHITE_SPACE = /^\p{White_Space}+|\p{White_Space}+$/gu;
+  const PUNCTUATION = /[\p{P}!-\/:-@\[-`{-~]/u; // Unicode P* and ASCII punctuation (Rust's is_ascii_punctuation)
+  const SUBWORD_PIPELINE = {
+    normalizer: '{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Replace","pattern":{"Regex":"\\\\s+"},"content":" "},{"type":"Strip","strip_left":true,"strip_right":true}]}',
+    pre_tokenizer: '{"type":"Sequence","pretokenizers":[{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true},{"type":"Punctuation","behavior":"Isolated"}]}',
+    decoder: '{"type":"Metaspace","replacement":"▁","prepend_scheme":"always","split":true}',
+  };
+  const MAX_CACHED_PIECES = 10000;
+  const SPECIAL_TEXT = new RegExp(SPECIAL_TOKENS.join("|"), "g"); // their texts hold no regex syntax
+  const compiledSubwords = new WeakMap();
+
+  function subwordModel(tokenizerDict) {
+    let compiled = compiledSubwords.get(tokenizerDict);
+    if (compiled) return compiled;
+    if (tokenizerDict === null || typeof tokenizerDict !== "object" || tokenizerDict.type !== "subword") {
+      throw new TypeError("tokenizerDict must be SubwordTokenizer.to_dict() (type 'subword')");
+    }
+    let spec;
+    try {
+      spec = JSON.parse(tokenizerDict.tokenizer);
+    } catch (error) {
+      throw new TypeError(`tokenizerDict.tokenizer must be the tokenizers library's JSON text (${error.message})`);
+    }
+    for (const [key, expected] of Object.entries(SUBWORD_PIPELINE)) {
+      if (JSON.stringify(spec[key]) !== expected) {
+        throw new TypeError(`tokenizerDict.tokenizer has a ${key} this page does not implement: ${JSON.stringify(spec[key])}`);
+      }
+    }
+    const model = spec.model || {};
+    const unsupported = [
+      ["type", "BPE"], ["dropout", null], ["unk_token", "<unk>"], ["continuing_subword_prefix", null],
+      ["end_of_word_suffix", null], ["fuse_unk", false], ["byte_fallback", false], ["ignore_merges", false],
+    ].filter(([key, value]) => model[key] !== value);
+    if (unsupported.length) {
+      const [key, value] = unsupported[0];
+      throw new TypeError(`tokenizerDict.tokenizer's model must have ${key} ${JSON.stringify(value)}, got ${JSON.stringify(model[key])}`);
+    }
+    const vocab = new Map(Object.entries(model.vocab));
+    const itos = [];
+    for (const [token, id] of vocab) itos[id] = token;
+    if (SPECIAL_TOKENS.some((token, i) => itos[i] !== token) || itos.length !== vocab.size) {
+      throw new TypeError(`tokenizerDict.tokenizer's vocabulary must hold ids 0..n-1, starting with ${SPECIAL_TOKENS.join(" ")}`);
+    }
+    const ranks = new Map();
+    model.merges.forEach((pair, rank) => {
+      const [left, right] = Array.isArray(pair) ? pair : pair.split(" ");
+      ranks.set(left + " " + right, rank);
+    });
+    compiled = { vocab, itos, ranks, cache: new Map() };
+    compiledSubwords.set(tokenizerDict, compiled);
+    return compiled;
+  }
+
+  /** The pieces of one normalized text that BPE works on (steps 2 and 3). */
+  function preTokenize(normalized) {
+    let text = normalized.replaceAll(" ", METASPACE);
+    if (!text.startsWith(METASPACE)) text = METASPACE + text;
+    const pieces = [];
+    for (const word of text.split(METASPACE).slice(1).map((rest) => METASPACE + rest)) {
+      let current = "";
+      for (const char of word) {
+        if (PUNCTUATION.test(char)) {
+          if (current) pieces.push(current);
+          pieces.push(char);
+          current = "";
+        } else {
+          current += char;
+        }
+      }
+      if (current) pieces.push(current);
+    }
+    return pieces;
+  }
+
+  /** BPE of one piece (step 4): its symbols, a token string each, or {unknown: character} for a character
+   * outside the vocabulary (<unk>, never merged). */
+  function bytePairs(piece, compiled) {
+    const cached = compiled.cache.get(piece);
+    if (cached) return cached;
+    let symbols = Array.from(piece, (char) => (compiled.vocab.has(char) ? char : { unknown: char }));
+    const rankAt = (i) =>
+      typeof symbols[i] === "string" && typeof symbols[i + 1] === "string"
+        ? compiled.ranks.get(symbols[i] + " " + symbols[i + 1])
+        : undefined;
+    for (;;) {
+      let best = Infinity;
+      for (let i = 0; i + 1 < symbols.length; i++) {
+        const rank = rankAt(i);
+        if (rank !== undefined && rank < best) best = rank;
+      }
+      if (best === Infinity) break;
+      const merged = [];
+      for (let i = 0; i < symbols.length; i++) {
+        if (i + 1 < symbols.length && rankAt(i) === best) {
+          merged.push(symbols[i] + symbols[i + 1]);
+          i++;
+        } else {
+          merged.push(symbols[i]);
+        }
+      }
+      symbols = merged;
+    }
+    if (compiled.cache.size >= MAX_CACHED_PIECES) compiled.cache.clear();
+    compiled.cache.set(piece, symbols);
+    return symbols;
+  }
+
+  /** The subword strings of `text` (SubwordTokenizer.tokenize): "▁" marks a preceding space, a character outside
+   * the vocabulary is "<unk>" (with `{keepUnknown: true}`: the character itself, for showing it; its id is still
+   * <unk>'s, since the character is not in the vocabulary). */
+  function tokenizeSubwords(text, tokenizerDict, { keepUnknown = false } = {}) {
+    checkText(text);
+    const compiled = subwordModel(tokenizerDict);
+    const tokens = [];
+    let start = 0;
+    const addText = (segment) => {
+      const normalized = segment.normalize("NFC").replace(WHITE_SPACE_RUN, " ").replace(OUTER_WHITE_SPACE, "");
+      if (!normalized) return;
+      for (const piece of preTokenize(normalized)) {
+        for (const symbol of bytePairs(piece, compiled)) {
+          tokens.push(typeof symbol === "string" ? symbol : keepUnknown ? symbol.unknown : SPECIAL_TOKENS[UNK_ID]);
+        }
+      }
+    };
+    for (const match of text.matchAll(SPECIAL_TEXT)) {
+      addText(text.slice(start, match.index));
+      tokens.push(match[0]);
+      start = match.index + match[0].length;
+    }
+    addText(text.slice(start));
+    return tokens;
+  }
+
+  function encodeSubwords(text, tokenizerDict) {
+    const { vocab } = subwordModel(tokenizerDict);
+    return tokenizeSubwords(text, tokenizerDict).map((token) => vocab.get(token));
+  }
+
+  function decodeSubwords(ids, tokenizerDict) {
+    const tokens = contentTokens(ids, subwordModel(tokenizerDict).itos);
+    return tokens.map((token, i) => {
+      const text = token.replaceAll(METASPACE, " ");
+      return i === 0 && text.startsWith(" ") ? text.slice(1) : text;
+    }).join("");
+  }
+
+  // -- either tokenizer ------------------------------------------------------------------------------------
+
+  function isSubword(tokenizerDict) {
+    return tokenizerDict !== null && typeof tokenizerDict === "object" && tokenizerDict.type === "subword";
+  }
+
+  /** Token ids of `text` (Tokenizer.encode of the tokenizer `tokenizerDict` describes): no <bos>/<eos>, unknown
+   * tokens are <unk>. `rules` (spaCy's) are for a word tokenizer; a subword tokenizer does not use them. */
+  function encode(text, tokenizerDict, rules) {
+    return isSubword(tokenizerDict) ? encodeSubwords(text, tokenizerDict) : encodeWords(text, tokenizerDict, rules);
+  }
+
+  /** Text of `ids` (Tokenizer.decode): up to the first <eos>, without <pad> and <bos>. */
+  function decode(ids, tokenizerDict) {
+    return isSubword(tokenizerDict) ? decodeSubwords(ids, tokenizerDict) : decodeWords(ids, tokenizerDict);
+  }
+
+  /** The token string of every id (``itos``), for either tokenizer. */
+  function tokenStrings(tokenizerDict) {
+    return isSubword(tokenizerDict) ? subwordModel(tokenizerDict).itos : vocabulary(tokenizerDict).itos;
+  }
+
+  /** The token strings of `text`: subwords for a subword tokenizer (`options` as tokenizeSubwords takes them),
+   * else spaCy's tokens under `rules`. */
+  function tokenizeWith(text, tokenizerDict, rules, options) {
+    return isSubword(tokenizerDict) ? tokenizeSubwords(text, tokenizerDict, options) : tokenize(text, rules);
+  }
+
   function typeName(value) {
     return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
   }
 
-  return { tokenize, encode, decode, detokenize, PAD_ID, UNK_ID, BOS_ID, EOS_ID, SPECIAL_TOKENS };
+  return {
+    tokenize,
+    tokenizeSubwords,
+    tokenizeWith,
+    tokenStrings,
+    encode,
+    decode,
+    detokenize,
+    PAD_ID,
+    UNK_ID,
+    BOS_ID,
+    EOS_ID,
+    SPECIAL_TOKENS,
+  };
 });

@@ -199,20 +199,24 @@
   }
 
   // ---------------------------------------------------------------------------------------------------------
-  // Tokenizers: web/translator/tokenizer.js (spaCy's rule-based tokenizer and the WordTokenizer in JS).
+  // Tokenizers: web/translator/tokenizer.js (the word tokenizer: spaCy's rules plus a vocabulary; the subword
+  // tokenizer: byte-pair encoding; either gives the ids Python gives).
   // ---------------------------------------------------------------------------------------------------------
   function makeTokenizers(info) {
     const T = globalThis.CompanionTokenizer;
-    const srcStoi = new Map(info.src_tokenizer.itos.map((token, i) => [token, i]));
+    const srcItos = T.tokenStrings(info.src_tokenizer);
+    const tgtItos = T.tokenStrings(info.tgt_tokenizer);
+    const srcStoi = new Map(srcItos.map((token, i) => [token, i]));
     return {
-      /** Source text -> token strings (spaCy's rules of the source language; whitespace tokens dropped). */
-      tokenize: (text) => T.tokenize(text, info.src_rules),
+      /** Source text -> token strings (subwords, or spaCy's tokens under the source language's rules); a
+       * character outside a subword vocabulary stays itself here (shown and marked), its id is <unk>'s. */
+      tokenize: (text) => T.tokenizeWith(text, info.src_tokenizer, info.src_rules, { keepUnknown: true }),
       /** Token strings -> source ids (<unk> for unknown tokens); no <eos>. Equal to T.encode(text, ...). */
       tokensToIds: (tokens) => tokens.map((token) => (srcStoi.has(token) ? srcStoi.get(token) : info.config.unk_id)),
-      /** Target ids -> target text (stops at <eos>, skips <pad>/<bos>, glue and the straight-quote rule). */
+      /** Target ids -> target text (stops at <eos>, skips <pad>/<bos>). */
       decodeTarget: (ids) => T.decode(ids, info.tgt_tokenizer),
-      srcToken: (id) => info.src_tokenizer.itos[id],
-      tgtToken: (id) => info.tgt_tokenizer.itos[id],
+      srcToken: (id) => srcItos[id],
+      tgtToken: (id) => tgtItos[id],
     };
   }
 
