@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .._extras import import_optional
 from .._validation import check_id_list, check_integer, check_positive_int
 
 __all__ = [
@@ -436,7 +437,7 @@ class SubwordTokenizer(Tokenizer):
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> SubwordTokenizer:
-        from tokenizers import Tokenizer as HFTokenizer
+        HFTokenizer = import_optional("tokenizers", "a subword tokenizer (e.g. a shipped model's)").Tokenizer
 
         text = values["tokenizer"]
         if not isinstance(text, str):

@@ -492,3 +492,11 @@ def test_all_empty_data_names_the_files(tmp_path, capsys):
         assert _train_one_step(folder, tmp_path / "run") == 2
     err = capsys.readouterr().err
     assert f"{folder / 'train.en.gz'} and {folder / 'train.de.gz'} hold no sentence pair" in err
+
+
+def test_a_subword_tokenizer_without_its_library_names_the_extra(subword, monkeypatch):
+    """A shipped model's tokenizer needs `tokenizers`; without it the error says which extra installs it."""
+    values = subword.to_dict()
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(ImportError, match=r"attention-executed\[data\]"):
+        SubwordTokenizer.from_dict(values)
