@@ -81,7 +81,7 @@ site: install translator
 	$(BOOK_BUILD)
 
 ## make translator: the in-page translator's assets (book/_generated/translator): the shipped model exported to
-## ONNX, its vocabularies and tokenizer rules, and ONNX Runtime Web from npm (version pinned in web/package-lock.json).
+## ONNX, its tokenizers, and ONNX Runtime Web from npm (version pinned in web/package-lock.json).
 .PHONY: translator
 translator: install web/node_modules/.package-lock.json
 	$(BIN)/python tools/build_translator.py

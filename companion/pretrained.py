@@ -53,8 +53,8 @@ PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "de-en",
         "file": "de-en-small.pt",
-        "sha256": "c85789dcfbe557612d8bed1176010ba5c919bb2ae7e4ba2a6ad978435c067920",
-        "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
+        "sha256": "c70955a7db1e001596d5369273b7ffe46f7806cb0080af543fde665f5acb71a6",
+        "description": "German -> English, Multi30k, small preset (d_model 128, 2+2 layers), one shared BPE vocabulary",
     },
     "multi30k-en-de-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "en-de",

@@ -414,7 +414,7 @@ class SubwordTokenizer(Tokenizer):
 
     @property
     def itos(self) -> list[str]:
-        """The subword string of every id (as :attr:`WordTokenizer.itos`; ``▁`` marks a preceding space)."""
+        """The subword string of every id (as ``WordTokenizer.itos`` has the words; ``▁`` marks a preceding space)."""
         if self._itos is None:
             self._itos = [token for token, _ in sorted(self._tokenizer.get_vocab().items(), key=lambda item: item[1])]
         return self._itos

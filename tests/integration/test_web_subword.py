@@ -1,6 +1,6 @@
-"""The in-page subword tokenizer (web/translator/tokenizer.js, the shipped models' tokenizer) gives exactly the
-subwords, ids and texts of the Python SubwordTokenizer (Hugging Face ``tokenizers``): for the shipped models of
-both directions on every sentence of Multi30k, and for a BPE trained here on edge cases and random strings
+"""The in-page subword tokenizer (web/translator/tokenizer.js) gives exactly the subwords, ids and texts of the
+Python SubwordTokenizer (Hugging Face ``tokenizers``): for every shipped model that uses one (de-en) on every
+sentence of Multi30k in both languages, and for a BPE trained here on edge cases and random strings
 (whitespace of every kind, special-token texts inside the text, unseen characters, punctuation of every kind).
 Every JavaScript result comes from ONE node process (tokenize_cli.js), run once for the whole module."""
 

@@ -1,9 +1,9 @@
 """The in-page word tokenizer (web/translator/tokenizer.js) gives exactly the ids and texts of the Python
 WordTokenizer: on every German sentence of Multi30k, on edge cases and random strings, and for decoding English
-ids. (The shipped models use the subword tokenizer, tests/integration/test_web_subword.py; the word tokenizers
-here are built from the validation split, or from the edge cases when the data is not here.) Every JavaScript
-result comes from ONE node process (tokenize_cli.js), run once for the whole module; Python computes the
-reference with spaCy itself."""
+ids. (The word tokenizers here are built from the validation split, or from the edge cases when the data is not
+here, so the test does not depend on which tokenizer a shipped model uses; tests/integration/test_web_subword.py
+checks the subword tokenizer.) Every JavaScript result comes from ONE node process (tokenize_cli.js), run once
+for the whole module; Python computes the reference with spaCy itself."""
 
 from __future__ import annotations
 
