@@ -6,13 +6,18 @@ Every JavaScript result comes from ONE node process (tokenize_cli.js), run once 
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
 
 import pytest
-from _node import node
-from test_web_tokenizer import CLI, DATA, EDGE_CASES, FUZZ_PIECES, js_value, mismatch_report, python_result
+from test_web_tokenizer import (
+    DATA,
+    EDGE_CASES,
+    FUZZ_PIECES,
+    js_value,
+    mismatch_report,
+    python_result,
+    run_tokenize_cli,
+)
 
 from companion import load_pretrained
 from companion.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, load_multi30k
@@ -114,16 +119,7 @@ def js(trained, shipped, corpus):
         references = reference_ids(tokenizer, corpus)
         requests.append({"tokenizer": tokenizer.to_dict(), "texts": texts, "decode": references})
         keys.append(direction)
-    completed = subprocess.run(
-        [node("tokenizer (web/translator/tokenizer.js)"), str(CLI)],
-        input=json.dumps(requests),
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        check=False,
-    )
-    assert completed.returncode == 0, f"tokenize_cli.js failed:\n{completed.stderr[-3000:]}"
-    results = json.loads(completed.stdout)
+    results = run_tokenize_cli(requests)
     named = {"trained": results[0], "trained_decoded": results[1]["decoded"], "classic_script": results[2]}
     return named | {"kept_unknown": results[3]["tokens"]} | dict(zip(keys, results[4:], strict=True))
 

@@ -199,6 +199,19 @@ def js(word_tokenizers, rules, cases):
         {"regexes": regex_requests()},
         {"rules": rules["de"], "tokenizer": src.to_dict(), "texts": EDGE_CASES, "classic_script": True},
     ]
+    german, english, decoded, regexes, classic = run_tokenize_cli(requests)
+    return {
+        "german": split_by_name(german, cases["german"], german_names),
+        "english": split_by_name(english, cases["english"], english_names),
+        "decoded": decoded["decoded"],
+        "detokenized": decoded["detokenized"],
+        "regex_spans": regexes["spans"],
+        "classic_script": classic,
+    }
+
+
+def run_tokenize_cli(requests: list[dict]) -> list[dict]:
+    """tokenize_cli.js's results for ``requests``, from one node process."""
     completed = subprocess.run(
         [node("tokenizer (web/translator/tokenizer.js)"), str(CLI)],
         input=json.dumps(requests),
@@ -208,15 +221,7 @@ def js(word_tokenizers, rules, cases):
         check=False,
     )
     assert completed.returncode == 0, f"tokenize_cli.js failed:\n{completed.stderr[-3000:]}"
-    german, english, decoded, regexes, classic = json.loads(completed.stdout)
-    return {
-        "german": split_by_name(german, cases["german"], german_names),
-        "english": split_by_name(english, cases["english"], english_names),
-        "decoded": decoded["decoded"],
-        "detokenized": decoded["detokenized"],
-        "regex_spans": regexes["spans"],
-        "classic_script": classic,
-    }
+    return json.loads(completed.stdout)
 
 
 def split_by_name(result: dict, inputs: dict[str, list], names: list[str]) -> dict[str, dict[str, list]]:
