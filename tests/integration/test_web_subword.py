@@ -6,6 +6,7 @@ Every JavaScript result comes from ONE node process (tokenize_cli.js), run once 
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -100,7 +101,17 @@ def crafted_id_lists(tokenizer: SubwordTokenizer) -> list:
 
 
 @pytest.fixture(scope="module")
-def js(trained, shipped, corpus):
+def other_configurations(trained) -> dict[str, dict]:
+    """Subword tokenizers whose pipeline the page does not implement, by what it must name when it refuses them: a
+    unigram model, and the trained BPE with another normalizer."""
+    unigram = SubwordTokenizer.train(texts_for_training(), vocab_size=600, model="unigram").to_dict()
+    spec = json.loads(trained.to_dict()["tokenizer"])
+    spec["normalizer"] = {"type": "Lowercase"}
+    return {"model must have type": unigram, "normalizer": {"type": "subword", "tokenizer": json.dumps(spec)}}
+
+
+@pytest.fixture(scope="module")
+def js(trained, shipped, corpus, other_configurations):
     """Every JavaScript result, from one node process: the trained BPE on the hard inputs and crafted ids; each
     shipped tokenizer on the hard inputs, every Multi30k sentence of both languages and the test references."""
     requests = [
@@ -108,6 +119,7 @@ def js(trained, shipped, corpus):
         {"tokenizer": trained.to_dict(), "decode": crafted_id_lists(trained)},
         {"tokenizer": trained.to_dict(), "texts": SUBWORD_EDGE_CASES, "classic_script": True},
         {"tokenizer": trained.to_dict(), "texts": hard_inputs(), "keep_unknown": True},
+        *({"tokenizer": tokenizer, "texts": ["Ein Hund."]} for tokenizer in other_configurations.values()),
     ]
     keys = []
     for direction, tokenizer in shipped.items():
@@ -121,7 +133,9 @@ def js(trained, shipped, corpus):
         keys.append(direction)
     results = run_tokenize_cli(requests)
     named = {"trained": results[0], "trained_decoded": results[1]["decoded"], "classic_script": results[2]}
-    return named | {"kept_unknown": results[3]["tokens"]} | dict(zip(keys, results[4:], strict=True))
+    refused = len(other_configurations)
+    named |= {"kept_unknown": results[3]["tokens"], "refused": [r["tokens"][0] for r in results[4 : 4 + refused]]}
+    return named | dict(zip(keys, results[4 + refused :], strict=True))
 
 
 def reference_ids(tokenizer: SubwordTokenizer, corpus) -> list[list[int]]:
@@ -171,6 +185,12 @@ def test_the_page_shows_unknown_characters_as_themselves(trained, js):
                 assert python_token == "<unk>" and len(page_token) == 1 and page_token not in vocabulary
                 shown += 1
     assert shown >= len(UNSEEN)
+
+
+def test_other_configurations_are_refused_by_name(other_configurations, js):
+    """A pipeline the page does not implement is an error naming the setting, never a silently different result."""
+    for expected, result in zip(other_configurations, js["refused"], strict=True):
+        assert "error" in result and expected in result["error"], result
 
 
 def test_decode_matches_python_on_crafted_ids(trained, js):
