@@ -15,6 +15,8 @@ is shared, so the script reports the median of the per-round ratios. Then it mea
 alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
 with the batch: every step has a fixed cost (the output layer over the vocabulary, kernel launches) that the
 cache cannot remove, and larger batches spread it over more sentences; the largest batch is the headline.
+One more run per method, with the output layer timed by forward hooks, records each method's steps, milliseconds
+per step and the output layer's share of them (``per_step``): the part of every step that the cache leaves as it is.
 Writes bench/results/decode_speed.json (chapters 8 and 9 read it), or ``--results STEM``.json: a measurement on
 another machine goes beside it rather than over it.
 """
@@ -73,6 +75,33 @@ def check_same_outputs_but_for_ties(model, ids, cached, recomputed, differing: d
     assert len(differing) <= len(ids) // 200, f"{len(differing)} of {len(ids)} outputs differ (ties)"
 
 
+def output_layer_share(model, ids: list[list[int]], batch_size: int, pad: int, use_cache: bool) -> dict:
+    """One more greedy run with the output layer (``model.generator``) timed by forward hooks: its share of the
+    run's time, the decoding steps it counted (one call per step) and the milliseconds per step. The hooks add
+    two clock reads per step, so this run is not one of the timed rounds."""
+    spent, steps, start = [0.0], [0], [0.0]
+
+    def before(_module, _inputs):
+        start[0] = time.perf_counter()
+
+    def after(_module, _inputs, _output):
+        spent[0] += time.perf_counter() - start[0]
+        steps[0] += 1
+
+    handles = [model.generator.register_forward_pre_hook(before), model.generator.register_forward_hook(after)]
+    try:
+        seconds, _ = timed_decode(lambda s: greedy_decode(model, s, use_cache=use_cache), ids, batch_size, pad)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {
+        "steps": steps[0],
+        "ms_per_step": 1000 * seconds / steps[0],
+        "output_layer_ms_per_step": 1000 * spent[0] / steps[0],
+        "output_layer_share": spent[0] / seconds,
+    }
+
+
 def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int) -> dict:
     """Greedy cached vs recompute (alternating rounds, median ratio) and beam-4 throughput at one batch size."""
     warm_up = ids[:batch_size]  # first calls allocate and pick kernels: not timed
@@ -93,6 +122,11 @@ def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int)
         )
     ratios = [r / c for r, c in zip(recompute_times, cached_times)]
     beam_s, _ = timed_decode(lambda s: beam_search(model, s, beam_size=4, alpha=0.6), ids, batch_size, pad)
+    # where a step's time goes: the output layer over the vocabulary costs both methods the same at every step
+    per_step = {
+        "cached": output_layer_share(model, ids, batch_size, pad, use_cache=True),
+        "recompute": output_layer_share(model, ids, batch_size, pad, use_cache=False),
+    }
     result = {
         "output_tokens": sum(len(o) for o in cached),
         "greedy_cached_seconds": statistics.median(cached_times),
@@ -105,12 +139,18 @@ def measure(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int)
         "speedup": statistics.median(ratios),
         "beam4_seconds": beam_s,
         "beam4_sentences_per_second": len(ids) / beam_s,
+        "per_step": per_step,
     }
     print(
         f"batch {batch_size}: {len(ids)} sentences ({result['output_tokens']} output tokens), median cached "
         f"{result['greedy_cached_seconds']:.2f} s, recompute {result['greedy_recompute_seconds']:.2f} s, "
         f"median ratio {result['speedup']:.2f}x; beam 4: {result['beam4_sentences_per_second']:.1f} sentences/s"
     )
+    for method, step in per_step.items():
+        print(
+            f"  {method}: {step['steps']} steps, {step['ms_per_step']:.2f} ms per step, of which the output layer "
+            f"{step['output_layer_ms_per_step']:.2f} ms ({100 * step['output_layer_share']:.0f}%)"
+        )
     return result
 
 

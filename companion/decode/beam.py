@@ -236,7 +236,7 @@ def beam_search(
 ) -> tuple[list[list[int]], list[float]]: ...
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Transformer,
     src: torch.Tensor,
@@ -253,8 +253,8 @@ def beam_search(
 
     The best finished hypothesis of each sentence wins, ranked by ``log P / lp(length)`` (``alpha`` in
     ``[0, MAX_ALPHA]``; ``beam_size`` in ``[1, MAX_BEAM_SIZE]``). With ``beam_size=1`` this is exactly
-    :func:`greedy_decode`. ``on_step`` observes every
-    step (:class:`BeamStepRecord`).
+    :func:`greedy_decode`. ``on_step`` observes every step (:class:`BeamStepRecord`; like
+    :func:`greedy_decode`, the search runs under :func:`torch.inference_mode`, so its tensors are inference tensors).
 
     Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
     ``(ids, scores)`` (the flag is a literal at each call site, so the type is known statically).

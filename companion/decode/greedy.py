@@ -75,7 +75,7 @@ def search_greedy(
     return outputs
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_decode(
     model: Transformer,
     src: torch.Tensor,
@@ -92,6 +92,10 @@ def greedy_decode(
     length limit (:func:`max_output_lengths`) without ``<eos>`` is returned as generated so far.
     ``use_cache=False`` recomputes the whole prefix at every step (:class:`RecomputeStep`: same tokens, slower);
     ``on_step`` observes every step (:class:`GreedyStepRecord`).
+
+    Runs under :func:`torch.inference_mode` (no autograd bookkeeping per operation: a few percent faster than
+    ``torch.no_grad`` for a small model): the tensors an ``on_step`` observer receives are inference tensors,
+    to read or keep as they are (``.clone()`` one to edit it in place).
     """
     src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
     check_bool("use_cache", use_cache)

@@ -129,7 +129,7 @@ def _decode_sources(
     model.to(device)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
     outputs: list[list[int]] = [[] for _ in rows]
-    with torch.no_grad():
+    with torch.inference_mode():  # the searches' own mode (see greedy_decode)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)

@@ -461,6 +461,32 @@ def test_decoding_leaves_the_model_mode_alone():
         model.eval()
 
 
+def test_decoding_in_inference_mode_leaves_training_and_plain_decoding_working():
+    """The searches run under torch.inference_mode; what they leave behind (the linear layers' kept transposed
+    weights, built there) must not break a later training step or a decode under torch.no_grad."""
+    model = random_model()
+    src = _sources(3, seed=6, vocab=model.config.src_vocab_size)
+    records = []
+    first = greedy_decode(model, src, on_step=records.append)
+    beam_search(model, src, beam_size=2)
+    assert records and all(record.logits.is_inference() for record in records)
+    assert not torch.is_inference_mode_enabled()  # the mode ends with the search
+    with torch.no_grad():  # the kept weights (inference tensors) still serve a plain no-grad decode
+        memory, mask = model.encode(src)
+        logits = model.decode(torch.full((3, 1), BOS_ID), memory, mask)
+    assert not logits.is_inference()
+    model.train()
+    try:
+        tgt = torch.full((3, 2), BOS_ID)
+        loss = model(src, tgt).logsumexp(-1).mean()
+        loss.backward()  # gradients flow through the parameters, not through anything the search kept
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    finally:
+        model.eval()
+        model.zero_grad(set_to_none=True)
+    assert greedy_decode(model, src) == first
+
+
 # -- moved from test_reliability.py: non-finite scores, the decoder's mask and cache, named argument errors ----
 def test_decoding_a_model_whose_scores_are_not_finite_fails_clearly(tiny_model, tokens):
     from companion.errors import NonFiniteOutputError
