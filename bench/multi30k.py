@@ -47,20 +47,23 @@ TARGETS = {"cpu": {"de-en": 30.0, "en-de": 26.0}, "cuda": {"de-en": 40.0, "en-de
 
 # The settings chosen for 2 CPU cores and 20 minutes: the "small" preset (d_model 128, 2+2 post-LN layers,
 # d_ff 512, 4 heads, dropout 0.1, 1,200-token batches since 2026-12-03 (600 before, see companion/presets.py),
-# warmup 400, the paper's learning rate) with word vocabularies (min_freq 2). See NOTES. Each result records the
-# run's resolved options (``run_args``, from its run.json), so a later change of the preset cannot blur it.
-CPU_SETTINGS = ["--preset", "small", "--tokenizer", "word", "--min-freq", "2"]
+# warmup 400, the paper's learning rate) with one shared BPE vocabulary of 8,000 tokens since 2026-12-05 (word
+# vocabularies, min_freq 2, before). See NOTES. Each result records the run's resolved options (``run_args``,
+# from its run.json), so a later change of the preset cannot blur it.
+CPU_SETTINGS = ["--preset", "small", "--tokenizer", "bpe", "--vocab-size", "8000"]
 NOTES = (
     "CPU settings from de->en trials on the shared 2-core machine. A wider model (d_model 256, 3+3 pre-LN layers, "
     "2000-token batches, warmup 300, lr factor 0.6) reached 26.0 BLEU in 15 minutes with 1 thread under load "
     "(458 steps, 2.1 epochs): too few steps. The chapter-6 model (d_model 128, 2+2 post-LN layers, 600-token "
     "batches, warmup 400, the paper's rate) runs about 12,000 tokens/s with 2 threads on an idle machine, so 20 "
     "minutes give ~12,800 steps and ~18 epochs: 38.7 BLEU de->en (beam 4, average of the last 5 checkpoints, "
-    "1 minute apart). Post-LN with the paper's schedule is stable at this size. Word vocabularies were chosen "
-    "over a shared 8k BPE because sequences are 15% shorter and the output layer smaller; the price is <unk> "
-    "for words seen once. Since 2026-12-03 the preset's batches hold 1,200 tokens instead of 600: fewer but "
-    "larger steps did better on the validation split in 20 minutes, in both directions (bench/multi30k_select.py, "
-    "bench/results/selection_multi30k_cpu_2026-12-0*.json); run_args records each run's batch size."
+    "1 minute apart). Post-LN with the paper's schedule is stable at this size. Since 2026-12-03 the preset's "
+    "batches hold 1,200 tokens instead of 600: fewer but larger steps did better on the validation split in 20 "
+    "minutes, in both directions (bench/multi30k_select.py, bench/results/selection_multi30k_cpu_2026-12-0*.json). "
+    "Until 2026-12-05 the vocabularies were word-level (min_freq 2: sequences 15% shorter, a smaller output layer, "
+    "<unk> for words seen once); one shared BPE vocabulary of 8,000 tokens beat them on validation in four "
+    "comparisons of five in those files (by 0.04 to 2.09 BLEU; it lost one by 0.16), so it is the default since. "
+    "run_args records each run's tokenizer and batch size."
 )
 GPU_SETTINGS = [
     "--preset",

@@ -1,7 +1,8 @@
 """The book's own trained models, ready to translate without training first.
 
 The book ships two small models on Multi30k: German -> English (``direction="de-en"``, the default) and
-English -> German (``direction="en-de"``). Both are the ``small`` preset (word vocabularies), made by
+English -> German (``direction="en-de"``). Both are the ``small`` preset (de-en with one shared BPE vocabulary
+of 8,000 tokens, en-de with word vocabularies: each direction's setting chosen on validation), made by
 ``tools/make_pretrained.py`` with the command recorded in each model card (``pretrained/de-en-small.json``,
 ``pretrained/en-de-small.json``: data, size, command, hardware, test scores). A registered model whose file is
 missing raises :class:`~companion.errors.PretrainedUnavailableError`, which says how to make it.

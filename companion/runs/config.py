@@ -37,7 +37,8 @@ __all__ = ["DataConfig", "ModelOptions", "RunConfig", "SECTIONS", "DEFAULTS_NOTE
 DEFAULTS_NOTE = (
     "Defaults: the best setting measured on Multi30k with 2 CPU cores in 20-minute runs (bench/multi30k.py, "
     "chosen on the validation split with bench/multi30k_select.py): --preset small (with its 1,200-token "
-    "batches), --tokenizer word, and with --max-minutes a checkpoint every minute (--save-every-minutes 1) of "
+    "batches), --tokenizer bpe with --vocab-size 8000 (one vocabulary shared by both languages), and with "
+    "--max-minutes a checkpoint every minute (--save-every-minutes 1) of "
     "which the last 5 are averaged into DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So "
     "'companion train --src de --tgt en --max-minutes 20 --out DIR' runs that setting; every flag given "
     "explicitly overrides its default."
@@ -274,6 +275,9 @@ def _flat_fields() -> dict[str, tuple[type, dataclasses.Field]]:
 _FIELDS = _flat_fields()
 _OPTIONS = {name: entry for name, entry in _FIELDS.items() if "option" in entry[1].metadata}
 _RENAMED_RECORD_KEYS = {"layers": "num_encoder_layers"}  # records written before 0.3
+# Options whose default changed, with the value a record that does not name them was run with: such a record was
+# written before the option was recorded, under the old default (word vocabularies until 0.3).
+_OLD_DEFAULTS = {"tokenizer": "word"}
 
 
 def _check_preset(name: Any) -> None:
@@ -297,8 +301,9 @@ def _known(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _upgraded(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A record in today's field names (older records name some fields differently)."""
-    return {_RENAMED_RECORD_KEYS.get(k, k): v for k, v in values.items()}
+    """A record in today's field names (older records name some fields differently), with the old default of an
+    option whose default changed where the record does not name it (:data:`_OLD_DEFAULTS`)."""
+    return {**_OLD_DEFAULTS, **{_RENAMED_RECORD_KEYS.get(k, k): v for k, v in values.items()}}
 
 
 def _as_typed(name: str, value: Any) -> str:

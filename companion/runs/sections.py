@@ -143,10 +143,10 @@ class DataConfig:
         resumable=True,
     )
     tokenizer: str = option(
-        "word",
-        "word: spaCy words, one vocabulary per language (the measured best on Multi30k, "
-        "see --help's epilog); bpe: byte-pair subwords shared by both languages, as in the "
-        "paper (default: {default})",
+        "bpe",
+        "bpe: byte-pair subwords, one vocabulary shared by both languages, as in the paper (any language; the "
+        "measured best on Multi30k, see --help's epilog); word: spaCy words, one vocabulary per language "
+        "(languages spaCy has rules for; the default until 0.3) (default: {default})",
         choices=["word", "bpe"],
         group="data",
     )

@@ -38,7 +38,7 @@ def test_two_candidates_chosen_on_validation_then_scored_on_test(multi30k_folder
     record = json.loads((results_dir / "smoke.json").read_text())
     entries = record["directions"]["de-en"]["candidates"]
     assert set(entries) == {"baseline", "tokens1200"}
-    assert entries["tokens1200"]["changed_flags"] == ["--max-tokens", "1200"]
+    assert entries["tokens1200"]["changed_flags"] == [*multi30k_select.WORD, "--max-tokens", "1200"]
     for entry in entries.values():
         assert set(entry["valid_bleu_beam4"]) == {
             "last1_alpha0.6",

@@ -75,15 +75,17 @@ def evaluate(capsys, *args: str) -> dict:
 
 
 @pytest.mark.slow
-def test_fr_en_files_train_translate_evaluate_resume(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("tokenizer", ["bpe", "word"])  # the default (one shared BPE), and spaCy's French rules
+def test_fr_en_files_train_translate_evaluate_resume(tokenizer, tmp_path, capsys, monkeypatch):
     data, out, cache = tmp_path / "data", tmp_path / "run", tmp_path / "cache"
     train_files = write_side_files(data, "train", "fr", "en", make_pairs("fr", "en", 300, 0))
     valid_files = write_side_files(data, "valid", "fr", "en", make_pairs("fr", "en", 30, 1))
     test_files = write_side_files(data, "test", "fr", "en", make_pairs("fr", "en", 20, 2))
+    chosen = [] if tokenizer == "bpe" else ["--tokenizer", tokenizer]  # bpe: the default, no flag
     code, stdout, _ = train(
         capsys, "--src", "fr", "--tgt", "en", "--train", *map(str, train_files), "--valid", *map(str, valid_files),
         "--test", *map(str, test_files), "--max-steps", "4", "--save-every", "2", "--cache-dir", str(cache),
-        "--workers", "1", "--out", str(out),
+        "--workers", "1", "--out", str(out), *chosen,
     )  # fmt: skip
     assert code == 0
     assert "fr -> en" in stdout  # the start line names the real direction
@@ -92,7 +94,11 @@ def test_fr_en_files_train_translate_evaluate_resume(tmp_path, capsys, monkeypat
     assert set(record["data"]) == {"train", "valid"} and record["data"]["train"]["pairs"] == 300
     checkpoint = load_checkpoint(out / "checkpoints" / "step_00000004.pt")
     assert (checkpoint["run_info"]["src"], checkpoint["run_info"]["tgt"]) == ("fr", "en")
-    assert checkpoint["tokenizers"]["src"]["language"] == "fr"
+    if tokenizer == "word":
+        assert checkpoint["tokenizers"]["src"]["language"] == "fr"
+    else:  # one subword vocabulary for both languages
+        assert checkpoint["tokenizers"]["src"] == checkpoint["tokenizers"]["tgt"]
+        assert checkpoint["tokenizers"]["src"]["type"] == "subword"
     assert len(list(cache.glob("train-*"))) == 1 and len(list(cache.glob("valid-*"))) == 1
 
     monkeypatch.setattr("sys.stdin", __import__("io").StringIO("homme voit chien .\n\nle chat .\n"))
@@ -190,10 +196,12 @@ def test_empty_corpus_is_an_error(tmp_path, capsys):
 
 def test_language_spacy_does_not_know(tmp_path, capsys):
     src, tgt = write_side_files(tmp_path / "data", "train", "qq", "en", make_pairs("fr", "en", 5, 0))
-    code, _, stderr = train(capsys, "--src", "qq", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
-                            "--out", str(tmp_path / "run"))  # fmt: skip
+    files = ["--src", "qq", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1"]
+    code, _, stderr = train(capsys, *files, "--tokenizer", "word", "--out", str(tmp_path / "word"))
     assert code == 2 and "--src" in stderr and "'qq'" in stderr and "--tokenizer bpe" in stderr
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "word").exists()
+    code, stdout, _ = train(capsys, *files, "--workers", "1", "--out", str(tmp_path / "bpe"))  # the default: any code
+    assert code == 0 and "qq -> en" in stdout and (tmp_path / "bpe" / "checkpoints").is_dir()
 
 
 @pytest.mark.parametrize(
@@ -259,13 +267,17 @@ def test_a_cache_of_other_data_or_another_tokenizer_is_never_reused(tmp_path, ca
 
     assert train(capsys, *common, "--out", str(tmp_path / "a"))[0] == 0
     first = stores()
-    assert train(capsys, *common, "--min-freq", "1", "--out", str(tmp_path / "b"))[0] == 0  # another vocabulary
+    assert train(capsys, *common, "--vocab-size", "60", "--out", str(tmp_path / "b"))[0] == 0  # another vocabulary
     second = stores()
     assert len(second) == 2 and set(first) < set(second)
+    assert train(capsys, *common, "--tokenizer", "word", "--out", str(tmp_path / "w"))[0] == 0  # another tokenizer
+    with_word = stores()
+    assert len(with_word) == 3 and set(second) < set(with_word)
+    second = with_word
     src.write_text(src.read_text(encoding="utf-8").replace("chat", "chatte"), encoding="utf-8")  # other data
     assert train(capsys, *common, "--out", str(tmp_path / "c"))[0] == 0
     third = stores()
-    assert len(third) == 3
+    assert len(third) == 4
     new = next(meta for name, meta in third.items() if name not in second)
     assert new["data"]["src_file"]["sha256"] != first[next(iter(first))]["data"]["src_file"]["sha256"]
 

@@ -194,11 +194,15 @@ def test_truncated_empty_garbage_and_bit_flipped_files_give_clear_errors(tmp_pat
         load_checkpoint(tmp_path / "missing.pt")
 
 
+class ArbitraryObject:
+    """A class no unpickler allow-list holds (torch 2.14's weights-only unpickler accepts builtin exceptions)."""
+
+
 def test_foreign_files_are_refused_without_unpickling(tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "plain.pt")
     with pytest.raises(CheckpointError, match="not a companion checkpoint"):
         load_checkpoint(tmp_path / "plain.pt")
-    torch.save({"format": "companion-checkpoint", "payload": Exception("arbitrary object")}, tmp_path / "evil.pt")
+    torch.save({"format": "companion-checkpoint", "payload": ArbitraryObject()}, tmp_path / "evil.pt")
     with pytest.raises(CheckpointError, match="refuses to unpickle"):
         load_checkpoint(tmp_path / "evil.pt")
 
