@@ -12,7 +12,8 @@ identical, except where the model scores two tokens within float32 rounding of e
 differently): each differing sentence's score gap where the outputs part is recorded and asserted below 1e-3, and
 at most 0.5% of the sentences may differ. The two are timed in alternating order for ``--rounds`` rounds; the machine
 is shared, so the script reports the median of the per-round ratios. Then it measures beam search (beam 4,
-alpha 0.6) throughput in sentences/s. Target (issue 7): the cached version at least 2x faster. The ratio grows
+alpha 0.6) throughput in sentences/s. Targets: the cached version at least 2x faster at the largest batch
+(issue 7; the headline) and at a batch of 16 sentences (issue 23: ``target_at_batch_16``). The ratio grows
 with the batch: every step has a fixed cost (the output layer over the vocabulary, kernel launches) that the
 cache cannot remove, and larger batches spread it over more sentences; the largest batch is the headline.
 One more run per method, with the output layer timed by forward hooks, records each method's steps, milliseconds
@@ -60,6 +61,7 @@ def timed_decode(decode, ids, size, pad_id) -> tuple[float, list[list[int]]]:
     return time.perf_counter() - start, results
 
 
+TARGET = 2.0  # the cached search at least twice as fast as recomputing the prefix
 TIE_GAP = 1e-3  # logits closer than this are a tie up to float32 rounding (the ONNX parity test's bound)
 
 
@@ -201,8 +203,13 @@ def main() -> None:
             # the headline: the largest batch, the setting one would use to translate a test set
             "batch_size": max(args.batch_sizes),
             **{k: v for k, v in headline.items() if not k.endswith("per_round")},
-            "target_speedup": 2.0,
-            "meets_target": headline["speedup"] >= 2.0,
+            "target_speedup": TARGET,
+            "meets_target": headline["speedup"] >= TARGET,
+            "target_at_batch_16": (
+                {"speedup": by_batch[16]["speedup"], "meets_target": by_batch[16]["speedup"] >= TARGET}
+                if 16 in by_batch
+                else None
+            ),
         },
     )
     print(f"wrote {path}")
