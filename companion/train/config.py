@@ -55,7 +55,7 @@ class TrainConfig:
         clip_grad: clip the global gradient norm to this value (None: no clipping, as in the paper).
         device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
         bf16: bfloat16 autocast for the forward pass on CUDA (ignored on other devices).
-        compile: wrap the model in ``torch.compile``.
+        compile: wrap the model in ``torch.compile`` (for GPUs; on a CPU it did not pay, see bench/compile_cpu.py).
         seed: seeds dropout (torch's global RNG, plus the rank) and the per-epoch batch order.
         log_every: write a metrics line (and refresh the progress bar's numbers) every this many steps.
         eval_every: evaluate on the validation batches every this many steps (None: only at the end).
@@ -128,7 +128,13 @@ class TrainConfig:
         group="run",
         resumable=True,
     )
-    compile: bool = option(False, "compile the model with torch.compile", group="run", resumable=True)
+    compile: bool = option(
+        False,
+        "compile the model with torch.compile (meant for GPUs: on 2 CPU cores the small preset spent about a "
+        "minute compiling, then trained no faster; bench/compile_cpu.py)",
+        group="run",
+        resumable=True,
+    )
     log_every: int = option(
         20, "metrics.jsonl line every STEPS (default: {default})", metavar="STEPS", group="run", resumable=True
     )
