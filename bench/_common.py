@@ -103,11 +103,24 @@ def unflatten(flat: torch.Tensor, offsets: torch.Tensor) -> list[list[int]]:
     return [ids[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
 
 
+def train_options(flags: list[str]) -> dict[str, Any]:
+    """``companion train`` flags (``["train", "--src", "de", ...]``) parsed by the command line's own parser, as
+    the options dict ``companion.runs.train_run`` takes (companion is imported here, not with this module)."""
+    from companion.cli import build_parser
+
+    return {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+
+
+def train_log(run_dir: pathlib.Path) -> list[dict[str, Any]]:
+    """The training lines (``"kind": "train"``, one per logging interval) of a run's ``metrics.jsonl``."""
+    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "train"]
+
+
 def learning_curve(run_dir: pathlib.Path) -> dict[str, list]:
     """A training run's ``metrics.jsonl`` as columns: minutes of training, step, epoch, NLL per target token (mean
     over the last logging interval, dropout on) and learning rate."""
-    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    train = [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "train"]
+    train = train_log(run_dir)
     return {
         "train_minutes": [round(r["train_seconds"] / 60, 3) for r in train],
         "step": [r["step"] for r in train],

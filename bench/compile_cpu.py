@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import pathlib
 import statistics
@@ -26,19 +25,17 @@ import tempfile
 from collections.abc import Iterator
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from _common import results_stem, write_results  # noqa: E402
+from _common import results_stem, train_log, train_options, write_results  # noqa: E402
 
-from companion.cli import build_parser  # noqa: E402
 from companion.runs import train_run  # noqa: E402
 
 
-def steady_tokens_per_second(metrics: pathlib.Path, skip: int) -> dict[str, float]:
+def steady_tokens_per_second(run_dir: pathlib.Path, skip: int) -> dict[str, float]:
     """Median and range of the ``tokens_per_s`` of the training log lines after step ``skip`` of a run's
     ``metrics.jsonl`` (each line covers one logging interval)."""
-    rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rates = [r["tokens_per_s"] for r in rows if r.get("kind") == "train" and r["step"] > skip]
+    rates = [r["tokens_per_s"] for r in train_log(run_dir) if r["step"] > skip]
     if not rates:
-        raise SystemExit(f"{metrics}: no training log line after step {skip}; train more --steps or lower --skip")
+        raise SystemExit(f"{run_dir}: no training log line after step {skip}; train more --steps or lower --skip")
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "intervals": len(rates)}
 
 
@@ -51,10 +48,10 @@ def run(mode: str, args: argparse.Namespace) -> dict:
         flags += ["--data-dir", args.data_dir]
     if mode == "compiled":
         flags.append("--compile")
-    given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+    given = train_options(flags)
     print(f"=== {mode}: python -m companion {' '.join(flags)}", flush=True)
     summary = train_run(given, command=flags[1:])
-    steady = steady_tokens_per_second(out / "metrics.jsonl", args.skip)
+    steady = steady_tokens_per_second(out, args.skip)
     rate = steady["median"]
     print(f"{mode}: {summary['train_seconds']:.1f} s for {summary['steps']} steps; steady {rate:,.0f} tok/s")
     return {

@@ -37,9 +37,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import hardware, learning_curve, write_results  # noqa: E402
+from _common import hardware, learning_curve, train_options, write_results  # noqa: E402
 
-from companion.cli import build_parser  # noqa: E402
 from companion.devices import resolve_device  # noqa: E402
 from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         src, tgt = direction.split("-")
         out = Path(args.runs_dir) / f"multi30k-{direction}{('-' + args.tag) if args.tag else ''}"
         flags = train_flags(args, src, tgt, device, minutes, out, extra)
-        given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+        given = train_options(flags)
         print(f"\n=== {direction}: python -m companion {' '.join(flags)}", flush=True)
         t0 = time.time()
         summary = train_run(given, command=flags[1:])

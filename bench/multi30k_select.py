@@ -35,10 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import multi30k  # noqa: E402
-from _common import learning_curve, write_results  # noqa: E402
+from _common import learning_curve, train_options, write_results  # noqa: E402
 
 from companion.checkpoint import average_checkpoints, list_checkpoints, write_checkpoint  # noqa: E402
-from companion.cli import build_parser  # noqa: E402
 from companion.presets import DEFAULT_AVERAGE_LAST  # noqa: E402
 from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 
@@ -173,7 +172,7 @@ def run_candidate(name: str, args: argparse.Namespace) -> dict:
     out = Path(args.runs_dir) / f"select-{args.direction}-{name}"
     extra = [*CANDIDATES[name], "--keep-last", str(KEEP), "--threads", str(args.threads), "--no-progress"]
     flags = multi30k.train_flags(bench_args, src, tgt, "cpu", args.minutes, out, extra)
-    given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+    given = train_options(flags)
     print(f"\n=== {name}: python -m companion {' '.join(flags)}", flush=True)
     load_at_start = os.getloadavg()
     summary = train_run(given, command=flags[1:])

@@ -452,14 +452,14 @@ def companion_flags(args: argparse.Namespace, out: pathlib.Path) -> list[str]:
 
 def run_companion(args: argparse.Namespace, work: pathlib.Path, test) -> dict[str, Any]:
     import torch
+    from _common import train_options
 
     from companion.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
-    from companion.cli import build_parser
     from companion.decode import translate
     from companion.runs import train_run
 
     flags = companion_flags(args, work / "companion")
-    given = {k: v for k, v in vars(build_parser().parse_args(flags)).items() if k != "command"}
+    given = train_options(flags)
     started = time.time()
     summary = train_run(given, command=flags[1:])
     entry: dict[str, Any] = {

@@ -14,21 +14,22 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
 import compile_cpu  # noqa: E402
 
 
-def _metrics(path: pathlib.Path, rates: dict[int, float]) -> pathlib.Path:
+def _run_folder(folder: pathlib.Path, rates: dict[int, float]) -> pathlib.Path:
+    """A run folder whose metrics.jsonl logs ``rates`` (step -> tokens/s) and one validation line."""
     lines = [{"kind": "train", "step": step, "tokens_per_s": rate} for step, rate in rates.items()]
     lines.append({"kind": "valid", "step": max(rates), "valid_loss": 3.0})
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
-    return path
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    return folder
 
 
 def test_steady_rate_is_the_median_after_the_skipped_steps(tmp_path):
-    metrics = _metrics(tmp_path / "metrics.jsonl", {25: 100.0, 50: 200.0, 75: 9000.0, 100: 10000.0, 125: 11000.0})
+    metrics = _run_folder(tmp_path, {25: 100.0, 50: 200.0, 75: 9000.0, 100: 10000.0, 125: 11000.0})
     steady = compile_cpu.steady_tokens_per_second(metrics, skip=50)
     assert steady == {"median": 10000.0, "min": 9000.0, "max": 11000.0, "intervals": 3}
 
 
 def test_a_log_with_nothing_after_the_skipped_steps_is_refused(tmp_path):
-    metrics = _metrics(tmp_path / "metrics.jsonl", {25: 100.0, 50: 200.0})
+    metrics = _run_folder(tmp_path, {25: 100.0, 50: 200.0})
     with pytest.raises(SystemExit, match="no training log line after step 50"):
         compile_cpu.steady_tokens_per_second(metrics, skip=50)
 
