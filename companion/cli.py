@@ -208,7 +208,7 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
         return 0
     if args.command == "translate":
         config = TranslateConfig(**given_options(args, TranslateConfig))
-        loaded = load_for_inference(config.checkpoint, config.device)
+        loaded = load_for_inference(config.weights(), config.device)
         print(f"companion translate: using {describe_weights(loaded)}", file=sys.stderr)
         return _write_lines(translate_run(config, _read_lines(config.input, stdin), loaded=loaded), stdout)
     _print_evaluation(evaluate_run(EvaluateConfig(**given_options(args, EvaluateConfig))), args.json, stdout)

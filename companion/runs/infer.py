@@ -21,6 +21,7 @@ from ..devices import resolve_device
 from ..errors import ConfigError, DataError, RunError
 from ..evaluate import evaluate_translation, tokenized_bleu
 from ..options import check_declared, label, option
+from ..pretrained import DIRECTIONS, pretrained_path
 from .config import DataConfig, RunConfig
 from .identity import evaluation_pairs
 
@@ -47,11 +48,19 @@ CHARACTERS_PER_TOKEN = 64
 
 @dataclass
 class _InferenceOptions:
-    checkpoint: str = option(
-        dataclasses.MISSING,
-        "a checkpoint file, or a run folder (its averaged.pt if present, else its latest checkpoint)",
+    checkpoint: str | None = option(
+        None,
+        "a checkpoint file, or a run folder (its averaged.pt if present, else its latest checkpoint); or give "
+        "--pretrained instead",
         metavar="PATH",
-        required=True,
+    )
+    pretrained: str | None = option(
+        None,
+        "one of the book's shipped models, by direction, in place of --checkpoint: the repository's pretrained/ "
+        "file, else $COMPANION_PRETRAINED_DIR's, else the cached download, else downloaded once (companion."
+        "load_pretrained's search; every copy checked against the shipped file's SHA-256)",
+        metavar="DIRECTION",
+        choices=sorted(DIRECTIONS),
     )
     beam_size: int = option(4, "beam width; 1 = greedy decoding (default: {default}, as in the paper)", metavar="K")
     alpha: float = option(0.6, "length penalty alpha of beam search (default: {default}, as in the paper)", metavar="A")
@@ -63,13 +72,32 @@ class _InferenceOptions:
     def __post_init__(self) -> None:
         cls = type(self)
         check_declared(self)
-        if not isinstance(self.checkpoint, (str, os.PathLike)):
+        if (self.checkpoint is None) == (self.pretrained is None):
+            raise ConfigError(
+                f"give either {label(cls, 'checkpoint')}, a checkpoint file or run folder, or "
+                f"{label(cls, 'pretrained')}, a shipped model ({' or '.join(sorted(DIRECTIONS))}): "
+                + ("not both" if self.checkpoint is not None else "neither was given")
+            )
+        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
+        if self.pretrained is not None and self.pretrained not in DIRECTIONS:
+            raise ConfigError(
+                f"{label(cls, 'pretrained')} must be one of {sorted(DIRECTIONS)}, got {self.pretrained!r}"
+            )
         for name, largest in (("beam_size", MAX_BEAM_SIZE), ("batch_size", MAX_BATCH_SIZE)):
             check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
         self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")
+
+    def weights(self) -> str | os.PathLike:
+        """The checkpoint file or run folder to load: ``checkpoint``, or where the shipped model that
+        ``pretrained`` names is on this machine (:func:`companion.pretrained.pretrained_path`: it may download it
+        once, and raises :class:`~companion.errors.PretrainedUnavailableError` when it cannot)."""
+        if self.pretrained is not None:
+            return pretrained_path(self.pretrained)
+        assert self.checkpoint is not None
+        return self.checkpoint
 
     def search_options(self) -> dict[str, Any]:
         """The search's options as ``translate`` and ``evaluate_translation`` take them (beam, alpha, batch)."""
@@ -201,14 +229,15 @@ def load_for_inference(path: str | os.PathLike, device: str = "auto") -> Inferen
 
 
 def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: InferenceModel | None = None) -> list[str]:
-    """Translate ``lines`` (one sentence each) with ``config.checkpoint``: one output line per input line.
+    """Translate ``lines`` (one sentence each) with the model ``config`` names (``config.weights()``): one output
+    line per input line.
 
     Blank lines give empty outputs in their place; newlines inside a translation become spaces. ``loaded``
     (from :func:`load_for_inference`) saves loading the checkpoint again. (The command line loads the model
     first, then reads ``config.input`` or stdin, and writes the result to stdout.)
     """
     if loaded is None:
-        loaded = load_for_inference(config.checkpoint, config.device)
+        loaded = load_for_inference(config.weights(), config.device)
     model, src_tok, tgt_tok, _, device, _ = loaded
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, str):
@@ -297,7 +326,8 @@ _DATA_FIELDS = {f.name for f in dataclasses.fields(DataConfig)} - {"max_tokens"}
 
 
 def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
-    """Translate a split of the run's corpus, or ``--src-file``, with ``config.checkpoint`` and score it.
+    """Translate a split of the run's corpus, or ``--src-file``, with the model ``config`` names
+    (``config.weights()``: ``--checkpoint`` or ``--pretrained``) and score it.
 
     The direction comes from the checkpoint (``checkpoint_languages``; a RunError when it records none).
     A split is read from the corpus the run recorded: Multi30k from ``config.data_dir``, else
@@ -307,7 +337,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     :func:`companion.evaluate.tokenized_bleu`), ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``,
     ``split``, ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
     """
-    loaded = load_for_inference(config.checkpoint, config.device)
+    loaded = load_for_inference(config.weights(), config.device)
     model, src_tok, tgt_tok, checkpoint, target, weights = loaded
     run_info = checkpoint.get("run_info") or {}
     if run_info.get("task", "translation") not in ("translation", "multi30k"):  # multi30k: before 0.3

@@ -4,6 +4,7 @@ errors for text that is not UTF-8 and for checkpoints that cannot translate."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import subprocess
@@ -12,10 +13,12 @@ import sys
 import pytest
 from _run_helpers import COPY, train_words, word_checkpoint, write_corpus
 
+import companion
 from companion.checkpoint import list_checkpoints, load_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main, split_lines
 from companion.errors import ConfigError, RunError
-from companion.runs import TranslateConfig, load_for_inference, translate_run
+from companion.pretrained import pretrained_path
+from companion.runs import EvaluateConfig, TranslateConfig, load_for_inference, translate_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -247,3 +250,43 @@ def test_evaluate_needs_only_the_files_of_its_split(tmp_path, capsys):
     command = ["evaluate", "--checkpoint", str(out), "--split", "test", "--limit", "2", "--beam-size", "1"]
     assert main([*command, "--data-dir", str(test_only), "--device", "cpu", "--json"]) == 0
     assert '"sentences": 2' in capsys.readouterr().out
+
+
+# -- the shipped models by name: --pretrained DIRECTION ----------------------------------------------------------------
+def test_a_model_is_named_by_checkpoint_or_by_pretrained_direction_never_both():
+    with pytest.raises(ConfigError, match=r"checkpoint \(--checkpoint\).*pretrained \(--pretrained\).*neither"):
+        TranslateConfig()
+    with pytest.raises(ConfigError, match="not both"):
+        EvaluateConfig(checkpoint="x.pt", pretrained="de-en")
+    with pytest.raises(ConfigError, match=r"pretrained \(--pretrained\) must be one of \['de-en', 'en-de'\]"):
+        TranslateConfig(pretrained="fr-en")
+    assert TranslateConfig(checkpoint="x.pt").weights() == "x.pt"
+
+
+@pytest.mark.parametrize("direction, sentence", [("de-en", "Ein Hund läuft im Schnee."), ("en-de", "A dog runs.")])
+def test_translate_with_a_shipped_model(direction, sentence, monkeypatch, capsys):
+    shipped = companion.load_pretrained(direction)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(f"{sentence}\n".encode()), encoding="utf-8"))
+    assert main(["translate", "--pretrained", direction, "--beam-size", "2", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == shipped.translate(sentence, beam_size=2) + "\n"
+    assert f"using {pretrained_path(direction)} (the average of" in captured.err
+
+
+def test_evaluate_with_a_shipped_model_scores_its_direction(tmp_path, capsys):
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("A man rides a bike.\nTwo dogs play in the snow.\n", encoding="utf-8")
+    ref.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    command = ["evaluate", "--pretrained", "en-de", "--src-file", str(src), "--ref-file", str(ref), "--json"]
+    assert main([*command, "--beam-size", "1", "--device", "cpu"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["direction"] == "en->de" and result["sentences"] == 2
+    assert result["checkpoint"] == str(pretrained_path("en-de"))
+
+
+def test_a_shipped_model_that_is_not_byte_for_byte_the_shipped_file_is_refused(monkeypatch, capsys):
+    name = companion.pretrained.DIRECTIONS["de-en"]
+    entry = dict(companion.pretrained.PRETRAINED_MODELS[name], sha256="0" * 64)
+    monkeypatch.setitem(companion.pretrained.PRETRAINED_MODELS, name, entry)
+    assert main(["translate", "--pretrained", "de-en", "--device", "cpu"]) == 2
+    assert "is not the shipped de-en-small.pt" in capsys.readouterr().err
