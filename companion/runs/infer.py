@@ -80,10 +80,6 @@ class _InferenceOptions:
             )
         if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
-        if self.pretrained is not None and self.pretrained not in DIRECTIONS:
-            raise ConfigError(
-                f"{label(cls, 'pretrained')} must be one of {sorted(DIRECTIONS)}, got {self.pretrained!r}"
-            )
         for name, largest in (("beam_size", MAX_BEAM_SIZE), ("batch_size", MAX_BATCH_SIZE)):
             check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
         self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
