@@ -9,7 +9,10 @@ For each direction it runs ``companion train`` (the ``small`` preset and the set
 for ``--minutes`` of training, averages the last ``--average-last`` checkpoints (written every
 ``--save-every-minutes``), translates test_2016_flickr with beam search (beam 4, max length = source + 50, as in
 the paper; alpha 1.0, chosen on the validation split, where the paper used 0.6), and scores the detokenized
-output with sacreBLEU (BLEU and chrF, signatures printed). Results go to
+output with sacreBLEU (BLEU and chrF, signatures printed), then scores the same way the later Multi30k test sets
+that no setting was chosen on (``unseen``: test_2017_flickr, test_2018_flickr, test_2017_mscoco; from
+``--data-dir`` when it holds them, else the two Flickr sets through sacreBLEU's downloader when online; a set
+that cannot be had is recorded with the reason; ``--no-unseen`` skips them). Results go to
 ``bench/results/multi30k_<device>[_<tag>].json`` with the hardware, torch version, date, wall times, the exact
 command, steps, the configuration and every resolved option. Runs are kept under ``--runs-dir``.
 
@@ -39,7 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import hardware, learning_curve, train_options, write_results  # noqa: E402
 
+from companion.data import MULTI30K_UNSEEN_TESTS  # noqa: E402
 from companion.devices import resolve_device  # noqa: E402
+from companion.errors import DataUnavailableError  # noqa: E402
 from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 
 TARGETS = {"cpu": {"de-en": 30.0, "en-de": 26.0}, "cuda": {"de-en": 40.0, "en-de": 37.0}}
@@ -136,6 +141,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         choices=["test", "valid"],
         help="split to score; test = test_2016_flickr (default: test; use valid for tuning)",
     )
+    parser.add_argument(
+        "--no-unseen",
+        action="store_true",
+        help="do not score the later test sets (test_2017_flickr, test_2018_flickr, test_2017_mscoco; scored "
+        "only with --split test, never while tuning on valid)",
+    )
     parser.add_argument("--runs-dir", default="bench/runs", help="where the training runs go (default: bench/runs)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument(
@@ -176,6 +187,45 @@ def attach_curves(paths: list[Path]) -> None:
             entry["learning_curve"] = learning_curve(run_dir)
         path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         print(f"attached learning curves to {path}")
+
+
+def score(args: argparse.Namespace, checkpoint: str, device: str, split: str) -> dict:
+    """``companion evaluate`` of ``checkpoint`` on ``split`` with the benchmark's beam search."""
+    return evaluate_run(
+        EvaluateConfig(
+            checkpoint,
+            beam_size=args.beam_size,
+            alpha=args.alpha,
+            device=device,
+            split=split,
+            data_dir=args.data_dir or default_data_dir(),
+        )
+    )
+
+
+def scores_unseen(args: argparse.Namespace) -> bool:
+    """The later test sets are scored with the test set only: never while settings are tuned on ``valid``."""
+    return args.split == "test" and not args.no_unseen
+
+
+def score_unseen(args: argparse.Namespace, checkpoint: str, device: str) -> dict[str, dict]:
+    """BLEU and chrF on each later Multi30k test set that can be had, else the reason it cannot."""
+    scores: dict[str, dict] = {}
+    for name in MULTI30K_UNSEEN_TESTS:
+        try:
+            scored = score(args, checkpoint, device, name)
+        except DataUnavailableError as error:
+            scores[name] = {"unavailable": str(error)}
+            print(f"  {name}: not scored ({str(error).split('. ')[0]})", flush=True)
+            continue
+        scores[name] = {
+            "bleu": round(scored["bleu"], 2),
+            "bleu_signature": scored["bleu_signature"],
+            "chrf": round(scored["chrf"], 2),
+            "sentences": scored["sentences"],
+        }
+        print(f"  {name}: BLEU = {scored['bleu']:.2f}, chrF = {scored['chrf']:.2f}", flush=True)
+    return scores
 
 
 def train_flags(
@@ -236,16 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = train_run(given, command=flags[1:])
         train_wall = time.time() - t0
         checkpoint = summary.get("averaged") or summary["checkpoint"]
-        scored = evaluate_run(
-            EvaluateConfig(
-                checkpoint,
-                beam_size=args.beam_size,
-                alpha=args.alpha,
-                device=device,
-                split=args.split,
-                data_dir=args.data_dir or default_data_dir(),
-            )
-        )
+        scored = score(args, checkpoint, device, args.split)
         target = TARGETS.get(device, {}).get(direction)
         entry = {
             "bleu": round(scored["bleu"], 2),
@@ -275,16 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             "learning_curve": learning_curve(out),
         }
         if args.compare_unaveraged and summary.get("averaged"):
-            alone = evaluate_run(
-                EvaluateConfig(
-                    summary["checkpoint"],
-                    beam_size=args.beam_size,
-                    alpha=args.alpha,
-                    device=device,
-                    split=args.split,
-                    data_dir=args.data_dir or default_data_dir(),
-                )
-            )
+            alone = score(args, summary["checkpoint"], device, args.split)
             entry["bleu_last_checkpoint_alone"] = round(alone["bleu"], 2)
             entry["chrf_last_checkpoint_alone"] = round(alone["chrf"], 2)
         results[direction] = entry
@@ -296,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             f"training, decoding {scored['decode_seconds'] / 60:.1f} min",
             flush=True,
         )
+        if scores_unseen(args):
+            entry["unseen"] = score_unseen(args, checkpoint, device)
     payload = {
         "benchmark": "multi30k",
         "device": device,

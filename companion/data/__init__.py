@@ -19,7 +19,7 @@ Every public name is importable from ``companion.data`` directly.
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
 from .corpus import FileCorpus, ParallelCorpus, files_corpus, folder_corpus, tsv_corpus
 from .hub import DatasetCorpus, disk_corpus, hub_corpus, json_corpus
-from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, load_multi30k
+from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, MULTI30K_UNSEEN_TESTS, load_multi30k
 from .store import StoredBatches, TokenStore, prepare_store
 from .synthetic import SYNTHETIC_TASKS, synthetic_pairs
 from .tokenizers import (
@@ -54,6 +54,7 @@ __all__ = [
     "tokenizer_from_dict",
     "MULTI30K_LANGUAGES",
     "MULTI30K_HUB_NAME",
+    "MULTI30K_UNSEEN_TESTS",
     "DATA_DIR_ENV",
     "load_multi30k",
     "encode_pairs",

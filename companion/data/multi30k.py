@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 # DataUnavailableError is importable from here too; it is documented in companion.errors
-__all__ = ["MULTI30K_LANGUAGES", "MULTI30K_HUB_NAME", "DATA_DIR_ENV", "load_multi30k"]
+__all__ = ["MULTI30K_LANGUAGES", "MULTI30K_HUB_NAME", "MULTI30K_UNSEEN_TESTS", "DATA_DIR_ENV", "load_multi30k"]
 
 # -- Multi30k ----------------------------------------------------------------------------------------------
 
@@ -24,6 +24,12 @@ MULTI30K_HUB_NAME = "bentrevett/multi30k"
 DATA_DIR_ENV = "COMPANION_DATA_DIR"
 _SPLIT_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}  # our name -> file stem
 _HUB_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+# The later test sets of Multi30k task 1 (shared tasks of 2017 and 2018): neither the Hugging Face copy nor the
+# book's runs use them, so they measure how a model does on captions that played no part in training or in
+# choosing its settings. Each split's name is its file stem in data/task1/raw of the multi30k/dataset repository.
+MULTI30K_UNSEEN_TESTS = ("test_2017_flickr", "test_2018_flickr", "test_2017_mscoco")
+_SACREBLEU_SETS = {"test_2017_flickr": "multi30k/2017", "test_2018_flickr": "multi30k/2018"}  # what sacreBLEU fetches
+_SACREBLEU_HOST = ("raw.githubusercontent.com", 443)  # where sacreBLEU downloads these two from
 _HOW_TO_GET = (
     "To get the data: download train.{en,de}.gz, val.{en,de}.gz and test_2016_flickr.{en,de}.gz from "
     "data/task1/raw of the multi30k/dataset repository on GitHub into one folder, then pass "
@@ -51,18 +57,32 @@ def load_multi30k(
 
     Sizes of the real data: 29,000 / 1,014 / 1,000 pairs. Pairs with an empty side are dropped with a warning.
     ``splits`` (e.g. ``("test",)``) reads only those splits of a local folder (the others' files need not exist).
+
+    ``splits`` may also name the later test sets (:data:`MULTI30K_UNSEEN_TESTS`: ``test_2017_flickr``, 1,000
+    pairs; ``test_2018_flickr``, 1,071; ``test_2017_mscoco``, 461), which are never loaded unless named. Each
+    is read from the folder when it holds the set's files (``test_2017_flickr.en.gz``, ...); otherwise the two
+    Flickr sets are fetched once through sacreBLEU's test-set downloader (cached in ``~/.sacrebleu``, or
+    ``$SACREBLEU``), and offline, or for the MSCOCO set, which sacreBLEU does not distribute, a
+    :class:`~companion.errors.DataUnavailableError` says where to download the files.
     """
     _check_language_pair(src, tgt)
     wanted = tuple(_SPLIT_FILES) if splits is None else splits
     for split in wanted:
-        if split not in _SPLIT_FILES:
-            raise ValueError(f"splits must name some of {list(_SPLIT_FILES)}, got {split!r}")
+        if split not in _SPLIT_FILES and split not in MULTI30K_UNSEEN_TESTS:
+            raise ValueError(f"splits must name some of {[*_SPLIT_FILES, *MULTI30K_UNSEEN_TESTS]}, got {split!r}")
     if data_dir is None and os.environ.get(DATA_DIR_ENV):
         data_dir = os.environ[DATA_DIR_ENV]
-    if data_dir is not None:
-        return {split: _read_local_split(Path(data_dir), _SPLIT_FILES[split], src, tgt) for split in wanted}
-    hub = _load_from_hub(src, tgt)
-    return {split: hub[split] for split in wanted}
+    folder = None if data_dir is None else Path(data_dir)
+    standard = [split for split in wanted if split in _SPLIT_FILES]
+    if folder is not None:
+        loaded = {split: _read_local_split(folder, _SPLIT_FILES[split], src, tgt) for split in standard}
+    else:
+        hub = _load_from_hub(src, tgt) if standard else {}
+        loaded = {split: hub[split] for split in standard}
+    for split in wanted:
+        if split in MULTI30K_UNSEEN_TESTS:
+            loaded[split] = _load_unseen_test(split, src, tgt, folder)
+    return {split: loaded[split] for split in wanted}
 
 
 def _check_language_pair(src: object, tgt: object) -> None:
@@ -110,6 +130,44 @@ def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple
             f"{src_path} and {tgt_path} hold no sentence pair ({len(src_lines)} line(s), none with text on both sides)"
         )
     return pairs
+
+
+def _load_unseen_test(name: str, src: str, tgt: str, folder: Path | None) -> list[tuple[str, str]]:
+    """One of :data:`MULTI30K_UNSEEN_TESTS`: from ``folder`` when it holds both files, else through sacreBLEU."""
+    if folder is not None and (not folder.is_dir() or all(_find_file(folder, name, lang) for lang in (src, tgt))):
+        return _read_local_split(folder, name, src, tgt)  # (a missing folder: the usual FileNotFoundError)
+    where = "no local folder given" if folder is None else f"data_dir {str(folder)!r} lacks {name}.{{en,de}}.gz"
+    how = (
+        f"Download {name}.en.gz and {name}.de.gz from data/task1/raw of the multi30k/dataset repository on GitHub "
+        f"into a folder and pass it as --data-dir FOLDER (or data_dir=FOLDER, or {DATA_DIR_ENV}=FOLDER)."
+    )
+    if name not in _SACREBLEU_SETS:
+        raise DataUnavailableError(f"Multi30k {name}: {where}, and sacreBLEU does not distribute this test set. {how}")
+    return _fetch_with_sacrebleu(name, src, tgt, f"Multi30k {name}: {where}", how)
+
+
+def _fetch_with_sacrebleu(name: str, src: str, tgt: str, where: str, how: str) -> list[tuple[str, str]]:
+    """A Flickr test set through sacreBLEU's downloader (English source, German reference; either direction),
+    or :class:`~companion.errors.DataUnavailableError` within seconds when its host cannot be reached."""
+    host, port = _SACREBLEU_HOST
+    if not _reachable(host, port):
+        raise DataUnavailableError(f"{where}, and sacreBLEU cannot fetch it: {host}:{port} cannot be reached. {how}")
+    from sacrebleu.dataset import DATASETS
+
+    dataset = DATASETS[_SACREBLEU_SETS[name]]
+    try:
+        english_file, german_file = dataset.get_files("en-de")
+    except (Exception, SystemExit) as error:  # sacreBLEU exits on a checksum mismatch
+        raise DataUnavailableError(
+            f"{where}, and sacreBLEU's download of {dataset.name} failed ({type(error).__name__}: {error}). {how}"
+        ) from error
+    lines = {"en": _read_lines(Path(english_file)), "de": _read_lines(Path(german_file))}
+    if len(lines["en"]) != len(lines["de"]):
+        raise DataError(
+            f"sacreBLEU's {dataset.name} files {english_file} and {german_file} have {len(lines['en'])} and "
+            f"{len(lines['de'])} lines; they must be line-aligned"
+        )
+    return _drop_empty_pairs(list(zip(lines[src], lines[tgt])), f"sacreBLEU {dataset.name}")
 
 
 def _drop_empty_pairs(pairs: list[tuple[str, str]], where: str) -> list[tuple[str, str]]:

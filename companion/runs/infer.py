@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from .._validation import check_integer, check_number
 from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
-from ..data import DATA_DIR_ENV
+from ..data import DATA_DIR_ENV, MULTI30K_UNSEEN_TESTS
 from ..data.corpus import files_corpus
 from ..decode import MAX_ALPHA, MAX_BEAM_SIZE, translate
 from ..devices import resolve_device
@@ -114,9 +114,11 @@ class EvaluateConfig(_InferenceOptions):
 
     split: str = option(
         "test",
-        "which split of the corpus the run was trained on (Multi30k: test = test_2016_flickr; a --data-dir "
-        "corpus: its --test-split; --train files: the --test files) (default: {default})",
-        choices=["test", "valid", "train"],
+        "which split of the corpus the run was trained on (Multi30k: test = test_2016_flickr, and the later test "
+        "sets test_2017_flickr, test_2018_flickr, test_2017_mscoco, from --data-dir when it holds them, else the "
+        "Flickr ones through sacreBLEU's downloader; a --data-dir corpus: its --test-split; --train files: the "
+        "--test files) (default: {default})",
+        choices=["test", "valid", "train", *MULTI30K_UNSEEN_TESTS],
     )
     data_dir: str | None = option(
         None,

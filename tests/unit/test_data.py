@@ -285,6 +285,90 @@ def test_load_uses_the_environment_variable(tiny_multi30k, monkeypatch):
     assert len(load_multi30k()["train"]) == 5
 
 
+# -- the later test sets (test_2017_flickr, test_2018_flickr, test_2017_mscoco) ------------------------------------
+
+
+def test_unseen_test_sets_are_read_from_the_folder_only_when_named(tiny_multi30k):
+    _write_split(tiny_multi30k, "test_2017_flickr", ["A dog.", "A cat."], ["Ein Hund.", "Eine Katze."])
+    assert set(load_multi30k(data_dir=tiny_multi30k)) == {"train", "valid", "test"}  # not loaded unless named
+    data = load_multi30k("de", "en", tiny_multi30k, splits=("test", "test_2017_flickr"))
+    assert list(data) == ["test", "test_2017_flickr"]
+    assert data["test_2017_flickr"] == [("Ein Hund.", "A dog."), ("Eine Katze.", "A cat.")]
+    assert load_multi30k("en", "de", tiny_multi30k, splits=("test_2017_flickr",))["test_2017_flickr"][1] == (
+        "A cat.",
+        "Eine Katze.",
+    )
+    with pytest.raises(ValueError, match="splits must name some of .*'test_2017_mscoco'.*got 'test_2019'"):
+        load_multi30k(data_dir=tiny_multi30k, splits=("test_2019",))
+
+
+def _fake_sacrebleu_files(monkeypatch, tmp_path: Path, name: str, en: list[str], de: list[str]) -> list[str]:
+    """Replace sacreBLEU's download of ``name`` by two local text files; returns the language pairs asked for."""
+    from sacrebleu.dataset import DATASETS
+
+    (tmp_path / "src.txt").write_text("".join(line + "\n" for line in en), encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("".join(line + "\n" for line in de), encoding="utf-8")
+    asked: list[str] = []
+
+    def get_files(langpair):
+        asked.append(langpair)
+        return [str(tmp_path / "src.txt"), str(tmp_path / "ref.txt")]
+
+    monkeypatch.setattr(DATASETS[name], "get_files", get_files)
+    return asked
+
+
+def test_unseen_flickr_sets_come_through_sacrebleu_when_the_folder_lacks_them(tiny_multi30k, tmp_path, monkeypatch):
+    """The network replaced by local files: the English source and German reference of sacreBLEU's multi30k/2018
+    become pairs in either direction; the folder's own splits still come from the folder."""
+    en, de = ["A dog.", "Two men."], ["Ein Hund.", "Zwei."]
+    asked = _fake_sacrebleu_files(monkeypatch, tmp_path, "multi30k/2018", en, de)
+    monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: True)
+    data = load_multi30k("de", "en", tiny_multi30k, splits=("valid", "test_2018_flickr"))
+    assert data["test_2018_flickr"] == [("Ein Hund.", "A dog."), ("Zwei.", "Two men.")]
+    assert len(data["valid"]) == 2 and asked == ["en-de"]
+    monkeypatch.delenv("COMPANION_DATA_DIR", raising=False)
+    assert load_multi30k("en", "de", splits=("test_2018_flickr",))["test_2018_flickr"][0] == ("A dog.", "Ein Hund.")
+
+
+def test_unseen_sets_that_cannot_be_had_fail_fast_and_say_where_to_get_them(tiny_multi30k, tmp_path, monkeypatch):
+    from sacrebleu.dataset import DATASETS
+
+    def never(langpair):
+        raise AssertionError("sacreBLEU was asked to download although its host is unreachable")
+
+    monkeypatch.setattr(DATASETS["multi30k/2017"], "get_files", never)
+    monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: False)
+    with pytest.raises(DataUnavailableError, match=r"lacks test_2017_flickr.*cannot be reached.*data/task1/raw"):
+        load_multi30k("de", "en", tiny_multi30k, splits=("test_2017_flickr",))
+    with pytest.raises(DataUnavailableError, match="does not distribute this test set.*test_2017_mscoco.en.gz"):
+        load_multi30k("de", "en", tiny_multi30k, splits=("test_2017_mscoco",))
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        load_multi30k("de", "en", tmp_path / "nowhere", splits=("test_2017_flickr",))
+
+
+def test_a_failed_sacrebleu_download_is_a_data_unavailable_error(tiny_multi30k, monkeypatch):
+    from sacrebleu.dataset import DATASETS
+
+    def checksum_mismatch(langpair):
+        raise SystemExit(1)  # what sacreBLEU does when a download's MD5 differs
+
+    monkeypatch.setattr(DATASETS["multi30k/2017"], "get_files", checksum_mismatch)
+    monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: True)
+    with pytest.raises(DataUnavailableError, match="sacreBLEU's download of multi30k/2017 failed"):
+        load_multi30k("en", "de", tiny_multi30k, splits=("test_2017_flickr",))
+
+
+def test_sacrebleu_still_describes_the_flickr_test_sets_as_we_read_them():
+    """What the sacreBLEU path relies on: English source and German reference, in that order, of these two sets."""
+    from sacrebleu.dataset import DATASETS
+
+    for name, stem in (("multi30k/2017", "test_2017_flickr"), ("multi30k/2018", "test_2018_flickr")):
+        assert DATASETS[name].fieldnames("en-de") == ["src", "ref"]
+        english, german = DATASETS[name].langpairs["en-de"]
+        assert english == f"{stem}.en" and german.removesuffix(".gz").endswith(f"{stem}.de")
+
+
 def test_load_reports_mismatched_line_counts(tiny_multi30k):
     _write_split(tiny_multi30k, "val", ["one.", "two.", "three."], ["eins.", "zwei."])
     with pytest.raises(ValueError, match=r"val\.en\.gz has 3 lines but .*val\.de\.gz has 2"):

@@ -252,6 +252,25 @@ def test_evaluate_needs_only_the_files_of_its_split(tmp_path, capsys):
     assert '"sentences": 2' in capsys.readouterr().out
 
 
+def test_evaluate_scores_a_later_multi30k_test_set_by_name(tmp_path, monkeypatch, capsys):
+    """--split test_2017_flickr reads the set from --data-dir; where it cannot be had, exit 2 and what to do."""
+    import gzip
+
+    folder = tmp_path / "unseen"
+    folder.mkdir()
+    for lang, lines in (("en", ["A dog runs.", "Two men talk."]), ("de", ["Ein Hund rennt.", "Zwei Männer reden."])):
+        with gzip.open(folder / f"test_2017_flickr.{lang}.gz", "wt", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    command = ["evaluate", "--pretrained", "de-en", "--beam-size", "1", "--device", "cpu", "--json"]
+    assert main([*command, "--split", "test_2017_flickr", "--data-dir", str(folder)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["split"] == "test_2017_flickr" and result["sentences"] == 2 and result["direction"] == "de->en"
+    monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: False)
+    assert main([*command, "--split", "test_2018_flickr", "--data-dir", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert "lacks test_2018_flickr" in error and "cannot be reached" in error and "data/task1/raw" in error
+
+
 # -- the shipped models by name: --pretrained DIRECTION ----------------------------------------------------------------
 def test_a_model_is_named_by_checkpoint_or_by_pretrained_direction_never_both():
     with pytest.raises(ConfigError, match=r"checkpoint \(--checkpoint\).*pretrained \(--pretrained\).*neither"):
