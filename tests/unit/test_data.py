@@ -359,6 +359,33 @@ def test_a_failed_sacrebleu_download_is_a_data_unavailable_error(tiny_multi30k, 
         load_multi30k("en", "de", tiny_multi30k, splits=("test_2017_flickr",))
 
 
+def test_the_real_sacrebleu_path_reads_its_cache_without_the_network(tmp_path):
+    """sacreBLEU's own code, not a stand-in: its cache (``$SACREBLEU``) laid out as after a download of
+    multi30k/2017 (the tarball, here a placeholder, and the two extracted files); a fresh process with every socket
+    refused reads the pairs from it in both directions."""
+    raw = tmp_path / "sacrebleu" / "multi30k" / "2017" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "multi30k_2017.multi30k_test_sets_d3ec2a38.tar.gz").write_bytes(b"already downloaded")
+    (raw / "test_2017_flickr.en").write_text("A dog runs.\nTwo men talk.\n", encoding="utf-8")
+    (raw / "test_2017_flickr.de").write_text("Ein Hund rennt.\nZwei Männer reden.\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_DATA_DIR"}
+    env.update(SACREBLEU=str(tmp_path / "sacrebleu"), OMP_NUM_THREADS="1")
+    code = (
+        "import socket\n"
+        "def refuse(*args, **kwargs):\n    raise OSError('no network in this test')\n"
+        "socket.socket.connect = refuse\nsocket.create_connection = refuse\nsocket.getaddrinfo = refuse\n"
+        "import companion.data.multi30k as m\nm._reachable = lambda host, port: True\n"
+        "print(m.load_multi30k('de', 'en', splits=('test_2017_flickr',)))\n"
+        "print(m.load_multi30k('en', 'de', splits=('test_2017_flickr',)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "{'test_2017_flickr': [('Ein Hund rennt.', 'A dog runs.'), ('Zwei Männer reden.', 'Two men talk.')]}",
+        "{'test_2017_flickr': [('A dog runs.', 'Ein Hund rennt.'), ('Two men talk.', 'Zwei Männer reden.')]}",
+    ]
+
+
 def test_sacrebleu_still_describes_the_flickr_test_sets_as_we_read_them():
     """What the sacreBLEU path relies on: English source and German reference, in that order, of these two sets."""
     from sacrebleu.dataset import DATASETS
