@@ -58,11 +58,11 @@ def load_multi30k(
     Sizes of the real data: 29,000 / 1,014 / 1,000 pairs. Pairs with an empty side are dropped with a warning.
     ``splits`` (e.g. ``("test",)``) reads only those splits of a local folder (the others' files need not exist).
 
-    ``splits`` may also name the later test sets (:data:`MULTI30K_UNSEEN_TESTS`: ``test_2017_flickr``, 1,000
-    pairs; ``test_2018_flickr``, 1,071; ``test_2017_mscoco``, 461), which are never loaded unless named. Each
-    is read from the folder when it holds the set's files (``test_2017_flickr.en.gz``, ...); otherwise the two
-    Flickr sets are fetched once through sacreBLEU's test-set downloader (cached in ``~/.sacrebleu``, or
-    ``$SACREBLEU``), and offline, or for the MSCOCO set, which sacreBLEU does not distribute, a
+    ``splits`` may also name the later test sets (:data:`MULTI30K_UNSEEN_TESTS`: ``test_2017_flickr``,
+    ``test_2018_flickr``, ``test_2017_mscoco``), which are never loaded unless named. Each is read from the
+    folder when it holds the set's files (``test_2017_flickr.en.gz``, ...); otherwise the two Flickr sets are
+    fetched once through sacreBLEU's test-set downloader (its ``multi30k/2017`` and ``multi30k/2018``, cached in
+    ``~/.sacrebleu`` or ``$SACREBLEU``), and offline, or for the MSCOCO set, which sacreBLEU has no entry for, a
     :class:`~companion.errors.DataUnavailableError` says where to download the files.
     """
     _check_language_pair(src, tgt)
@@ -142,7 +142,7 @@ def _load_unseen_test(name: str, src: str, tgt: str, folder: Path | None) -> lis
         f"into a folder and pass it as --data-dir FOLDER (or data_dir=FOLDER, or {DATA_DIR_ENV}=FOLDER)."
     )
     if name not in _SACREBLEU_SETS:
-        raise DataUnavailableError(f"Multi30k {name}: {where}, and sacreBLEU does not distribute this test set. {how}")
+        raise DataUnavailableError(f"Multi30k {name}: {where}, and sacreBLEU has no entry for this test set. {how}")
     return _fetch_with_sacrebleu(name, src, tgt, f"Multi30k {name}: {where}", how)
 
 

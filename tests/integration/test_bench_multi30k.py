@@ -32,7 +32,7 @@ def test_each_later_test_set_is_scored_or_recorded_as_unavailable(tmp_path, monk
     assert list(scores) == ["test_2017_flickr", "test_2018_flickr", "test_2017_mscoco"]
     assert scores["test_2017_flickr"]["sentences"] == 2 and 0.0 <= scores["test_2017_flickr"]["bleu"] <= 100.0
     assert "cannot be reached" in scores["test_2018_flickr"]["unavailable"]
-    assert "does not distribute" in scores["test_2017_mscoco"]["unavailable"]
+    assert "has no entry for this test set" in scores["test_2017_mscoco"]["unavailable"]
 
 
 def test_the_later_test_sets_are_scored_only_when_scoring_test():

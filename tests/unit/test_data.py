@@ -341,7 +341,7 @@ def test_unseen_sets_that_cannot_be_had_fail_fast_and_say_where_to_get_them(tiny
     monkeypatch.setattr("companion.data.multi30k._reachable", lambda host, port: False)
     with pytest.raises(DataUnavailableError, match=r"lacks test_2017_flickr.*cannot be reached.*data/task1/raw"):
         load_multi30k("de", "en", tiny_multi30k, splits=("test_2017_flickr",))
-    with pytest.raises(DataUnavailableError, match="does not distribute this test set.*test_2017_mscoco.en.gz"):
+    with pytest.raises(DataUnavailableError, match="has no entry for this test set.*test_2017_mscoco.en.gz"):
         load_multi30k("de", "en", tiny_multi30k, splits=("test_2017_mscoco",))
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         load_multi30k("de", "en", tmp_path / "nowhere", splits=("test_2017_flickr",))
