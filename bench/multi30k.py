@@ -45,6 +45,7 @@ from _common import hardware, learning_curve, train_options, write_results  # no
 from companion.data import MULTI30K_UNSEEN_TESTS  # noqa: E402
 from companion.devices import resolve_device  # noqa: E402
 from companion.errors import DataUnavailableError  # noqa: E402
+from companion.presets import default_save_every_minutes  # noqa: E402
 from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 
 TARGETS = {"cpu": {"de-en": 30.0, "en-de": 26.0}, "cuda": {"de-en": 40.0, "en-de": 37.0}}
@@ -124,8 +125,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--save-every-minutes",
         type=float,
         default=None,
-        help="checkpoint interval for the averaging (default: minutes / 20, so that 5 checkpoints "
-        "cover the last quarter of training)",
+        help="checkpoint interval for the averaging (default: minutes / 20, companion train's default: the 5 "
+        "averaged checkpoints span the last fifth of training)",
     )
     parser.add_argument("--beam-size", type=int, default=4, help="beam width for the test set (default: 4)")
     parser.add_argument(
@@ -232,7 +233,7 @@ def train_flags(
     args: argparse.Namespace, src: str, tgt: str, device: str, minutes: float, out: Path, extra: list[str]
 ) -> list[str]:
     base = GPU_SETTINGS if device == "cuda" else CPU_SETTINGS
-    save_every = args.save_every_minutes or minutes / 20
+    save_every = args.save_every_minutes or default_save_every_minutes(minutes)  # as companion train's default
     flags = [
         "train",
         *base,

@@ -28,7 +28,7 @@ from .._validation import check_integer
 from ..errors import ConfigError, RunError
 from ..model import TransformerConfig
 from ..options import check_declared, flag_of, label, option, option_fields, option_spec
-from ..presets import DEFAULT_AVERAGE_LAST, DEFAULT_SAVE_EVERY_MINUTES, PRESETS
+from ..presets import DEFAULT_AVERAGE_LAST, PRESETS, default_save_every_minutes
 from ..train import TrainConfig
 from .sections import TRANSLATION, DataConfig, ModelOptions, _check_positive, _filled, _path_as_str
 
@@ -38,7 +38,7 @@ DEFAULTS_NOTE = (
     "Defaults: the best setting measured on Multi30k with 2 CPU cores in 20-minute runs (bench/multi30k.py, "
     "chosen on the validation split with bench/multi30k_select.py): --preset small (with its 1,200-token "
     "batches), --tokenizer bpe with --vocab-size 8000 (one vocabulary shared by both languages), and with "
-    "--max-minutes a checkpoint every minute (--save-every-minutes 1) of "
+    "--max-minutes M a checkpoint every M/20 minutes (--save-every-minutes 1 for 20 minutes, 0.6 for 12) of "
     "which the last 5 are averaged into DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So "
     "'companion train --src de --tgt en --max-minutes 20 --out DIR' runs that setting; every flag given "
     "explicitly overrides its default."
@@ -185,7 +185,8 @@ class RunConfig:
         """The run that flat options describe (field names of any section: what ``companion train`` parsed).
 
         The preset fills what is not given; with a ``max_minutes`` budget and no ``save_every``/
-        ``save_every_minutes``, a checkpoint is written every ``companion.presets.DEFAULT_SAVE_EVERY_MINUTES``.
+        ``save_every_minutes``, a checkpoint is written every ``max_minutes / 20``
+        (:func:`companion.presets.default_save_every_minutes`).
         Raises :class:`~companion.errors.ConfigError` for an unknown name or a bad value (naming the option).
         """
         given = dict(options)
@@ -195,7 +196,7 @@ class RunConfig:
         train = {**PRESETS[preset_name].train, **_pick(given, TrainConfig)}
         if train.get("save_every") is None and train.get("save_every_minutes") is None:
             if isinstance(train.get("max_minutes"), (int, float)):
-                train["save_every_minutes"] = DEFAULT_SAVE_EVERY_MINUTES
+                train["save_every_minutes"] = default_save_every_minutes(train["max_minutes"])
         return cls(
             train=TrainConfig(**train),
             data=DataConfig(**_pick(given, DataConfig)),

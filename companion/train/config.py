@@ -10,7 +10,7 @@ from typing import Any
 from .._validation import check_integer, check_number
 from ..errors import ConfigError
 from ..options import check_declared, label, option
-from ..presets import DEFAULT_SAVE_EVERY_MINUTES
+from ..presets import CHECKPOINTS_PER_BUDGET
 
 # --------------------------------------------------------------------------------------------------------
 # Configuration
@@ -146,8 +146,8 @@ class TrainConfig:
     )
     save_every_minutes: float | None = option(
         None,
-        f"write a checkpoint every M minutes; a final one is always written (companion train: "
-        f"{DEFAULT_SAVE_EVERY_MINUTES:g} with --max-minutes unless --save-every is given, else none)",
+        f"write a checkpoint every M minutes; a final one is always written (companion train: the "
+        f"--max-minutes budget / {CHECKPOINTS_PER_BUDGET} unless --save-every is given, else none)",
         metavar="M",
         group="run",
         resumable=True,

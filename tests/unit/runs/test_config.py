@@ -223,7 +223,10 @@ def test_the_shortest_command_trains_the_setting_chosen_on_validation(direction)
     assert command[:4] == ["python", "-m", "companion", "train"]
     measured_config = RunConfig.from_options(parsed_train(*command[4:]))
     src, tgt = direction.split("-")
-    config = RunConfig.from_options(parsed_train("--src", src, "--tgt", tgt, "--max-minutes", "12", "--out", "run"))
+    budget = measured_config.train.max_minutes  # the selection's 20 minutes: the checkpoint spacing follows it
+    config = RunConfig.from_options(
+        parsed_train("--src", src, "--tgt", tgt, "--max-minutes", f"{budget:g}", "--out", "run")
+    )
     # (the selection kept 10 checkpoints to compare averages of 5 and 10; how many are kept changes no weights)
     assert {name: read(config) for name, read in MEASURED_SETTINGS.items()} == {
         name: read(measured_config) for name, read in MEASURED_SETTINGS.items()
@@ -240,6 +243,8 @@ def test_explicit_flags_beat_the_defaults():
     assert build(max_minutes=3, average_last=1).average_count == 1
     assert build(max_minutes=3, keep_last=2).average_count == 2  # never more than are kept
     assert build(max_minutes=3, save_every_minutes=0.5).train.save_every_minutes == 0.5
+    assert build(max_minutes=20).train.save_every_minutes == 1.0  # the budget / 20: a checkpoint a minute
+    assert build(max_minutes=12).train.save_every_minutes == pytest.approx(0.6)
     by_steps = build(max_steps=10)  # no time budget: no periodic checkpoints, nothing to average
     assert (by_steps.train.save_every_minutes, by_steps.average_count) == (None, 1)
 
@@ -250,7 +255,7 @@ def test_train_help_says_what_the_defaults_are_and_why(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "Defaults: the best setting measured on Multi30k" in text
     assert "bench/multi30k_select.py" in text and "1,200-token batches" in text
-    assert "--tokenizer bpe with --vocab-size 8000" in text and "--save-every-minutes 1" in text
+    assert "--tokenizer bpe with --vocab-size 8000" in text and "a checkpoint every M/20 minutes" in text
     assert "--average-last 5" in text
 
 
