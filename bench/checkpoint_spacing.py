@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import results_stem, train_options, write_results  # noqa: E402
-from multi30k import CPU_SETTINGS, default_data_dir  # noqa: E402
+from multi30k import default_data_dir, train_flags  # noqa: E402
 
 from companion.checkpoint import average_checkpoints, list_checkpoints, write_checkpoint  # noqa: E402
 from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
@@ -80,34 +80,10 @@ def run_direction(args: argparse.Namespace, direction: str) -> dict:
     src, tgt = direction.split("-")
     out = Path(args.runs_dir) / f"spacing-{direction}-{args.tag}"
     data_dir = args.data_dir or default_data_dir()
-    keep = int(args.minutes / args.fine) + 5
-    flags = [
-        "train",
-        *CPU_SETTINGS,
-        "--src",
-        src,
-        "--tgt",
-        tgt,
-        "--max-minutes",
-        str(args.minutes),
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--overwrite",
-        "--save-every-minutes",
-        str(args.fine),
-        "--keep-last",
-        str(keep),
-        "--seed",
-        "0",
-        "--eval-every",
-        "100000",
-        "--threads",
-        str(args.threads),
-        "--no-progress",
-        *(["--data-dir", data_dir] if data_dir else []),
-    ]
+    # bench/multi30k.py's training command with a checkpoint every --fine minutes, all of them kept
+    given = argparse.Namespace(save_every_minutes=args.fine, average_last=COUNT, seed=0, data_dir=data_dir)
+    keep = ["--keep-last", str(int(args.minutes / args.fine) + 5), "--threads", str(args.threads), "--no-progress"]
+    flags = train_flags(given, src, tgt, "cpu", args.minutes, out, keep)
     print(f"\n=== {direction}: python -m companion {' '.join(flags)}", flush=True)
     summary = train_run(train_options(flags), command=flags[1:])
     paths = list_checkpoints(out / "checkpoints")
