@@ -58,7 +58,7 @@ def load_multi30k(
     Sizes of the real data: 29,000 / 1,014 / 1,000 pairs. Pairs with an empty side are dropped with a warning.
     ``splits`` (e.g. ``("test",)``) reads only those splits of a local folder (the others' files need not exist).
 
-    ``splits`` may also name the later test sets (:data:`MULTI30K_UNSEEN_TESTS`: ``test_2017_flickr``,
+    ``splits`` may also name the later test sets (``MULTI30K_UNSEEN_TESTS``: ``test_2017_flickr``,
     ``test_2018_flickr``, ``test_2017_mscoco``), which are never loaded unless named. Each is read from the
     folder when it holds the set's files (``test_2017_flickr.en.gz``, ...); otherwise the two Flickr sets are
     fetched once through sacreBLEU's test-set downloader (its ``multi30k/2017`` and ``multi30k/2018``, cached in
@@ -133,7 +133,7 @@ def _read_local_split(folder: Path, stem: str, src: str, tgt: str) -> list[tuple
 
 
 def _load_unseen_test(name: str, src: str, tgt: str, folder: Path | None) -> list[tuple[str, str]]:
-    """One of :data:`MULTI30K_UNSEEN_TESTS`: from ``folder`` when it holds both files, else through sacreBLEU."""
+    """One of ``MULTI30K_UNSEEN_TESTS``: from ``folder`` when it holds both files, else through sacreBLEU."""
     if folder is not None and (not folder.is_dir() or all(_find_file(folder, name, lang) for lang in (src, tgt))):
         return _read_local_split(folder, name, src, tgt)  # (a missing folder: the usual FileNotFoundError)
     where = "no local folder given" if folder is None else f"data_dir {str(folder)!r} lacks {name}.{{en,de}}.gz"

@@ -327,7 +327,7 @@ def _prepared(
 
 def evaluation_pairs(data: DataConfig, split: str, data_dir: str | None = None) -> list[tuple[str, str]]:
     """The sentence pairs of ``split`` ("train", "valid" or "test"; for Multi30k also one of
-    :data:`~companion.data.MULTI30K_UNSEEN_TESTS`) of the corpus a run recorded (``data``); ``data_dir`` replaces
+    ``companion.data.MULTI30K_UNSEEN_TESTS``) of the corpus a run recorded (``data``); ``data_dir`` replaces
     the recorded folder. Multi30k is read as :func:`~companion.data.load_multi30k` reads it."""
     if data_dir is not None:
         data = _with_folder(data, data_dir)
