@@ -298,17 +298,29 @@ def _check_files(config: DataConfig, name: str) -> None:
 @dataclass
 class ModelOptions:
     """The model settings a run chooses, by :class:`~companion.model.TransformerConfig` field name (None: from
-    the preset). ``--layers N`` sets ``num_encoder_layers``; ``num_decoder_layers`` follows it unless given (the
-    paper's N is one number for both stacks). The values are checked by TransformerConfig itself."""
+    the preset). ``--layers N`` sets ``num_encoder_layers``; ``num_decoder_layers`` follows it unless
+    ``--decoder-layers`` is given (the paper's N is one number for both stacks; a deep encoder with a shallow
+    decoder, Kasai et al. 2021, decodes faster). The values are checked by TransformerConfig itself, and a run's
+    decoder has at least one layer (without one, nothing attends to the source)."""
 
     d_model: int | None = option(None, "model width (default: from the preset)", metavar="N", group="model")
     num_heads: int | None = option(
         None, "attention heads (default: from the preset)", flag="--heads", metavar="N", group="model"
     )
     num_encoder_layers: int | None = option(
-        None, "encoder layers = decoder layers (default: from the preset)", flag="--layers", metavar="N", group="model"
+        None,
+        "encoder layers, and decoder layers unless --decoder-layers is given (default: from the preset)",
+        flag="--layers",
+        metavar="N",
+        group="model",
     )
-    num_decoder_layers: int | None = None
+    num_decoder_layers: int | None = option(
+        None,
+        "decoder layers, when they differ from the encoder's (default: --layers, or the preset's)",
+        flag="--decoder-layers",
+        metavar="N",
+        group="model",
+    )
     d_ff: int | None = option(None, "feed-forward inner width (default: from the preset)", metavar="N", group="model")
     dropout: float | None = option(None, "dropout P_drop (default: from the preset)", metavar="P", group="model")
     norm_first: bool | None = option(
@@ -332,6 +344,9 @@ class ModelOptions:
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_encoder_layers
         check_declared(self)
+        if self.num_decoder_layers is not None:  # the decoder's cross-attention is what reads the source
+            decoder_layers = label(ModelOptions, "num_decoder_layers")
+            check_integer(decoder_layers, self.num_decoder_layers, minimum=1, error=ConfigError)
         check_integer(label(ModelOptions, "max_len"), self.max_len, minimum=2, error=ConfigError)  # a token + <eos>
         if all(value is not None for value in dataclasses.asdict(self).values()):
             self.transformer_config(8, 8)  # the model's own rules (heads divide d_model, ...), before any data
@@ -346,7 +361,7 @@ class ModelOptions:
             )
         except (ValueError, TypeError) as error:
             raise ConfigError(
-                f"invalid model options (--d-model, --heads, --layers, --d-ff, --dropout): {error}"
+                f"invalid model options (--d-model, --heads, --layers, --decoder-layers, --d-ff, --dropout): {error}"
             ) from None
 
     def _settings(self) -> dict[str, Any]:

@@ -11,9 +11,11 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 from _run_helpers import COPY
 
 from companion import TransformerConfig
+from companion.checkpoint import list_checkpoints
 from companion.cli import build_parser, main
 from companion.errors import ConfigError, RunError
 from companion.options import option, option_fields, option_spec
@@ -80,6 +82,25 @@ def test_the_record_is_flat_and_reads_back_to_the_same_config(tmp_path):
     config = RunConfig.from_record(recorded)
     assert config.to_record() == recorded
     assert config.model_config(20, 20).num_decoder_layers == 1
+
+
+def test_decoder_layers_may_differ_from_the_encoders_and_default_to_them(tmp_path):
+    out = tmp_path / "run"
+    assert main([*COPY, "--max-steps", "1", "--layers", "3", "--decoder-layers", "1", "--out", str(out)]) == 0
+    recorded = json.loads((out / "run.json").read_text())["args"]
+    assert (recorded["num_encoder_layers"], recorded["num_decoder_layers"]) == (3, 1)
+    model = RunConfig.from_record(recorded).model_config(20, 20)
+    assert (model.num_encoder_layers, model.num_decoder_layers) == (3, 1)
+    checkpoint = torch.load(list_checkpoints(out / "checkpoints")[-1], map_location="cpu", weights_only=True)
+    decoder_layers = {key.split(".")[2] for key in checkpoint["model_state"] if key.startswith("decoder.layers.")}
+    assert decoder_layers == {"0"}  # the model that was trained has one decoder layer
+    small = PRESETS["small"].model["num_encoder_layers"]
+    only_decoder = RunConfig.from_options(parsed_train("--decoder-layers", "1", "--max-steps", "1")).model
+    assert (only_decoder.num_encoder_layers, only_decoder.num_decoder_layers) == (small, 1)  # encoder: the preset's
+    only_layers = RunConfig.from_options(parsed_train("--layers", "3", "--max-steps", "1")).model
+    assert only_layers.num_decoder_layers == 3  # the paper's one N for both stacks
+    neither = RunConfig.from_options(parsed_train("--max-steps", "1")).model
+    assert (neither.num_encoder_layers, neither.num_decoder_layers) == (small, small)  # the small preset: 2 and 2
 
 
 def test_a_record_written_before_the_sections_still_reads():
@@ -149,6 +170,8 @@ def test_inf_nan_and_absurd_float_options_are_refused_everywhere(field, flag, ab
         ("--seed", "-1", r"\(--seed\) must be an integer in \[0, 4294967295\]"),
         ("--synthetic-vocab", "4", r"\(--synthetic-vocab\) must be an integer >= 5"),
         ("--heads", "3", "d_model must be divisible by num_heads"),
+        ("--decoder-layers", "0", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
+        ("--decoder-layers", "-2", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
     ],
 )
 def test_bad_option_values_are_reported_with_their_flag(flag, value, message, tmp_path, capsys):
