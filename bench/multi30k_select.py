@@ -91,7 +91,9 @@ CANDIDATES: dict[str, list[str]] = {
     # encoder layers and 1 decoder layer translate about as well as 6 and 6, and decode much faster). On the
     # default setting (shared BPE 8,000, 1,200-token batches) a step's arithmetic is mostly the output layer over
     # 8,000 subwords; 4 encoder layers and 1 decoder layer cost about 6% more per step than 2 and 2 (an encoder
-    # layer ~1.4 GFLOP, a decoder layer ~1.9, the output layer ~7.4, forward and backward at 1,200 tokens)
+    # layer ~1.4 GFLOP, a decoder layer ~1.9, the output layer ~7.4, forward and backward at 1,200 tokens). Result
+    # (en-de, selection_multi30k_cpu_2026-12-05.json, Xeon): 4,371 steps against the default's 4,446, and it did
+    # not learn (validation BLEU 7.82 against 37.20)
     "tokens1200_bpe8000_enc4_dec1": [
         "--max-tokens",
         "1200",
@@ -103,6 +105,22 @@ CANDIDATES: dict[str, list[str]] = {
         "4",
         "--decoder-layers",
         "1",
+    ],
+    # the same with pre-LN layers (--norm-first: LayerNorm before each sub-layer), after enc4_dec1 failed to train
+    # (7.82 validation BLEU, training NLL stalled near 3) with post-LN at the preset's peak rate (~0.0044). Result
+    # (same file): it trains, but 37.06 against 37.20 although the machine had sped up (5,947 steps against 4,446)
+    "tokens1200_bpe8000_enc4_dec1_preln": [
+        "--max-tokens",
+        "1200",
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "8000",
+        "--layers",
+        "4",
+        "--decoder-layers",
+        "1",
+        "--norm-first",
     ],
 }
 AVERAGES = (1, 5, 10)  # the newest checkpoint alone (an average of one), and averages of the newest 5 and 10
