@@ -45,6 +45,19 @@ from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 # candidates were named when the benchmark's setting had word vocabularies; since its default is a shared BPE
 # (2026-12-05), the word candidates say so (WORD), so that a name keeps meaning what it meant in the committed files.
 WORD = ["--tokenizer", "word", "--min-freq", "2"]
+# 4 encoder layers, 1 decoder layer, on the default setting (BPE 8,000, 1,200-token batches): two candidates below
+ENC4_DEC1 = [
+    "--max-tokens",
+    "1200",
+    "--tokenizer",
+    "bpe",
+    "--vocab-size",
+    "8000",
+    "--layers",
+    "4",
+    "--decoder-layers",
+    "1",
+]
 CANDIDATES: dict[str, list[str]] = {
     # the small preset's batch size until 2026-12-03 (the runs of the committed files passed no flag for it)
     "baseline": [*WORD, "--max-tokens", "600"],
@@ -94,34 +107,11 @@ CANDIDATES: dict[str, list[str]] = {
     # layer ~1.4 GFLOP, a decoder layer ~1.9, the output layer ~7.4, forward and backward at 1,200 tokens). Result
     # (en-de, selection_multi30k_cpu_2026-12-05.json, Xeon): 4,371 steps against the default's 4,446, and it did
     # not learn (validation BLEU 7.82 against 37.20)
-    "tokens1200_bpe8000_enc4_dec1": [
-        "--max-tokens",
-        "1200",
-        "--tokenizer",
-        "bpe",
-        "--vocab-size",
-        "8000",
-        "--layers",
-        "4",
-        "--decoder-layers",
-        "1",
-    ],
+    "tokens1200_bpe8000_enc4_dec1": ENC4_DEC1,
     # the same with pre-LN layers (--norm-first: LayerNorm before each sub-layer), after enc4_dec1 failed to train
     # (7.82 validation BLEU, training NLL stalled near 3) with post-LN at the preset's peak rate (~0.0044). Result
     # (same file): it trains, but 37.06 against 37.20 although the machine had sped up (5,947 steps against 4,446)
-    "tokens1200_bpe8000_enc4_dec1_preln": [
-        "--max-tokens",
-        "1200",
-        "--tokenizer",
-        "bpe",
-        "--vocab-size",
-        "8000",
-        "--layers",
-        "4",
-        "--decoder-layers",
-        "1",
-        "--norm-first",
-    ],
+    "tokens1200_bpe8000_enc4_dec1_preln": [*ENC4_DEC1, "--norm-first"],
 }
 AVERAGES = (1, 5, 10)  # the newest checkpoint alone (an average of one), and averages of the newest 5 and 10
 ALPHAS = (0.6, 1.0)
