@@ -341,12 +341,14 @@ class ModelOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.num_decoder_layers is None:
+        decoder_layers_from = "num_decoder_layers"
+        if self.num_decoder_layers is None:  # --layers sets both stacks
             self.num_decoder_layers = self.num_encoder_layers
+            decoder_layers_from = "num_encoder_layers"
         check_declared(self)
         if self.num_decoder_layers is not None:  # the decoder's cross-attention is what reads the source
-            decoder_layers = label(ModelOptions, "num_decoder_layers")
-            check_integer(decoder_layers, self.num_decoder_layers, minimum=1, error=ConfigError)
+            flag = label(ModelOptions, decoder_layers_from)
+            check_integer(flag, self.num_decoder_layers, minimum=1, error=ConfigError)
         check_integer(label(ModelOptions, "max_len"), self.max_len, minimum=2, error=ConfigError)  # a token + <eos>
         if all(value is not None for value in dataclasses.asdict(self).values()):
             self.transformer_config(8, 8)  # the model's own rules (heads divide d_model, ...), before any data

@@ -172,6 +172,7 @@ def test_inf_nan_and_absurd_float_options_are_refused_everywhere(field, flag, ab
         ("--heads", "3", "d_model must be divisible by num_heads"),
         ("--decoder-layers", "0", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
         ("--decoder-layers", "-2", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
+        ("--layers", "0", r"num_encoder_layers \(--layers\) must be a positive integer"),  # it sets the decoder's too
     ],
 )
 def test_bad_option_values_are_reported_with_their_flag(flag, value, message, tmp_path, capsys):
