@@ -112,6 +112,19 @@ CANDIDATES: dict[str, list[str]] = {
     # (7.82 validation BLEU, training NLL stalled near 3) with post-LN at the preset's peak rate (~0.0044). Result
     # (same file): it trains, but 37.06 against 37.20 although the machine had sped up (5,947 steps against 4,446)
     "tokens1200_bpe8000_enc4_dec1_preln": [*ENC4_DEC1, "--norm-first"],
+    # 2026-12-05, evening: the default setting at 0.7 times the learning rate throughout (twice it, lr2, failed:
+    # is the preset's rate already above the best?), run back to back with the default in one invocation, since
+    # this machine's speed moved by about a third within the afternoon
+    "tokens1200_bpe8000_lr07": [
+        "--max-tokens",
+        "1200",
+        "--tokenizer",
+        "bpe",
+        "--vocab-size",
+        "8000",
+        "--lr-factor",
+        "0.7",
+    ],
 }
 AVERAGES = (1, 5, 10)  # the newest checkpoint alone (an average of one), and averages of the newest 5 and 10
 ALPHAS = (0.6, 1.0)
