@@ -45,19 +45,9 @@ from companion.runs import EvaluateConfig, evaluate_run, train_run  # noqa: E402
 # candidates were named when the benchmark's setting had word vocabularies; since its default is a shared BPE
 # (2026-12-05), the word candidates say so (WORD), so that a name keeps meaning what it meant in the committed files.
 WORD = ["--tokenizer", "word", "--min-freq", "2"]
-# 4 encoder layers, 1 decoder layer, on the default setting (BPE 8,000, 1,200-token batches): two candidates below
-ENC4_DEC1 = [
-    "--max-tokens",
-    "1200",
-    "--tokenizer",
-    "bpe",
-    "--vocab-size",
-    "8000",
-    "--layers",
-    "4",
-    "--decoder-layers",
-    "1",
-]
+# the default setting (one shared BPE of 8,000, 1,200-token batches), which the 2026-12-05 candidates start from
+BPE8000 = ["--max-tokens", "1200", "--tokenizer", "bpe", "--vocab-size", "8000"]
+ENC4_DEC1 = [*BPE8000, "--layers", "4", "--decoder-layers", "1"]  # 4 encoder layers, 1 decoder layer: two candidates
 CANDIDATES: dict[str, list[str]] = {
     # the small preset's batch size until 2026-12-03 (the runs of the committed files passed no flag for it)
     "baseline": [*WORD, "--max-tokens", "600"],
@@ -115,16 +105,7 @@ CANDIDATES: dict[str, list[str]] = {
     # 2026-12-05, evening: the default setting at 0.7 times the learning rate throughout (twice it, lr2, failed:
     # is the preset's rate already above the best?), run back to back with the default in one invocation, since
     # this machine's speed moved by about a third within the afternoon
-    "tokens1200_bpe8000_lr07": [
-        "--max-tokens",
-        "1200",
-        "--tokenizer",
-        "bpe",
-        "--vocab-size",
-        "8000",
-        "--lr-factor",
-        "0.7",
-    ],
+    "tokens1200_bpe8000_lr07": [*BPE8000, "--lr-factor", "0.7"],
 }
 AVERAGES = (1, 5, 10)  # the newest checkpoint alone (an average of one), and averages of the newest 5 and 10
 ALPHAS = (0.6, 1.0)
