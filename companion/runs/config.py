@@ -185,7 +185,7 @@ class RunConfig:
         """The run that flat options describe (field names of any section: what ``companion train`` parsed).
 
         The preset fills what is not given; with a ``max_minutes`` budget and no ``save_every``/
-        ``save_every_minutes``, a checkpoint is written every ``max_minutes / 20``
+        ``save_every_minutes``, a checkpoint is written every ``max_minutes / 30``
         (:func:`companion.presets.default_save_every_minutes`).
         Raises :class:`~companion.errors.ConfigError` for an unknown name or a bad value (naming the option).
         """

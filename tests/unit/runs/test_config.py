@@ -267,8 +267,9 @@ def test_explicit_flags_beat_the_defaults():
     assert build(max_minutes=3, average_last=1).average_count == 1
     assert build(max_minutes=3, keep_last=2).average_count == 2  # never more than are kept
     assert build(max_minutes=3, save_every_minutes=0.5).train.save_every_minutes == 0.5
-    assert build(max_minutes=20).train.save_every_minutes == 1.0  # the budget / 20: a checkpoint a minute
-    assert build(max_minutes=12).train.save_every_minutes == pytest.approx(0.6)
+    assert build(max_minutes=30).train.save_every_minutes == 1.0  # the budget / 30: a checkpoint a minute
+    assert build(max_minutes=12).train.save_every_minutes == pytest.approx(0.4)
+    assert build(max_minutes=20).train.save_every_minutes == pytest.approx(20 / 30)
     by_steps = build(max_steps=10)  # no time budget: no periodic checkpoints, nothing to average
     assert (by_steps.train.save_every_minutes, by_steps.average_count) == (None, 1)
 
