@@ -125,8 +125,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--save-every-minutes",
         type=float,
         default=None,
-        help="checkpoint interval for the averaging (default: minutes / 20, companion train's default: the 5 "
-        "averaged checkpoints span the last fifth of training)",
+        help="checkpoint interval for the averaging (default: minutes / 30, companion train's default: the 5 "
+        "averaged checkpoints span the last 4/30 of training)",
     )
     parser.add_argument("--beam-size", type=int, default=4, help="beam width for the test set (default: 4)")
     parser.add_argument(

@@ -38,7 +38,7 @@ DEFAULTS_NOTE = (
     "Defaults: the best setting measured on Multi30k with 2 CPU cores in 20-minute runs (bench/multi30k.py, "
     "chosen on the validation split with bench/multi30k_select.py): --preset small (with its 1,200-token "
     "batches), --tokenizer bpe with --vocab-size 8000 (one vocabulary shared by both languages), and with "
-    "--max-minutes M a checkpoint every M/20 minutes (--save-every-minutes 1 for 20 minutes, 0.6 for 12) of "
+    "--max-minutes M a checkpoint every M/30 minutes (--save-every-minutes 0.4 for 12 minutes, 1 for 30) of "
     "which the last 5 are averaged into DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So "
     "'companion train --src de --tgt en --max-minutes 20 --out DIR' runs that setting; every flag given "
     "explicitly overrides its default."

@@ -218,7 +218,6 @@ MEASURED_SETTINGS = {
     "tokenizer": lambda c: c.data.tokenizer,
     "vocab_size": lambda c: c.data.vocab_size,
     "average_count": lambda c: c.average_count,
-    "save_every_minutes": lambda c: c.train.save_every_minutes,
     "model": lambda c: c.model,
     "max_tokens": lambda c: c.data.max_tokens,
     "warmup": lambda c: c.train.warmup,
@@ -239,7 +238,8 @@ SELECTIONS = {
 def test_the_shortest_command_trains_the_setting_chosen_on_validation(direction):
     """The defaults are a candidate that bench/multi30k_select.py chose on the validation split: its command
     (every flag it passed, batch size and vocabulary included) and the shortest command build the same settings
-    (min_freq aside: the word vocabularies' option, which a BPE run does not use)."""
+    (min_freq aside: the word vocabularies' option, which a BPE run does not use; the checkpoint spacing aside:
+    the selections ran a checkpoint a minute, and bench/checkpoint_spacing.py chose the default's, test below)."""
     entry = json.loads(SELECTIONS[direction].read_text(encoding="utf-8"))["directions"][direction]
     chosen = entry["chosen_on_valid"]
     assert chosen["setting"].startswith(f"last{DEFAULT_AVERAGE_LAST}_")  # the average the default takes
@@ -255,6 +255,31 @@ def test_the_shortest_command_trains_the_setting_chosen_on_validation(direction)
     assert {name: read(config) for name, read in MEASURED_SETTINGS.items()} == {
         name: read(measured_config) for name, read in MEASURED_SETTINGS.items()
     }
+
+
+# The checkpoint spacing is chosen by bench/checkpoint_spacing.py (one run, averages at several spacings, each scored
+# on the validation split), not by the selection files (those all ran a checkpoint a minute).
+SPACING_RUNS = {
+    (12.0, "de-en"): "checkpoint_spacing_12min_xeon.json",
+    (12.0, "en-de"): "checkpoint_spacing_12min_xeon.json",
+    (20.0, "de-en"): "checkpoint_spacing_20min_xeon.json",
+    (20.0, "en-de"): "checkpoint_spacing_20min_en-de_xeon.json",
+}
+
+
+@pytest.mark.parametrize(("minutes", "direction"), sorted(SPACING_RUNS))
+def test_the_default_checkpoint_spacing_is_the_one_chosen_on_validation(minutes, direction):
+    """companion train's spacing for a --max-minutes budget is one that bench/checkpoint_spacing.py measured: at
+    12 minutes the best-scoring one, at 20 minutes (where every spacing scored within half a point) within a
+    quarter of a BLEU point of the best."""
+    record = json.loads((REPO / "bench" / "results" / SPACING_RUNS[minutes, direction]).read_text(encoding="utf-8"))
+    assert record["minutes_per_direction"] == minutes and record["split"] == "valid"
+    scores = {float(s): a["valid_bleu"] for s, a in record["results"][direction]["averages"].items()}
+    spacing = RunConfig.from_options({"max_minutes": minutes}).train.save_every_minutes
+    measured = min(scores, key=lambda s: abs(s - spacing))
+    assert measured == pytest.approx(spacing, abs=0.005), (spacing, sorted(scores))  # a spacing the run measured
+    tolerance = 0.0 if minutes == 12.0 else 0.25
+    assert scores[measured] >= max(scores.values()) - tolerance, (spacing, scores)
 
 
 def test_explicit_flags_beat_the_defaults():
@@ -280,7 +305,7 @@ def test_train_help_says_what_the_defaults_are_and_why(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "Defaults: the best setting measured on Multi30k" in text
     assert "bench/multi30k_select.py" in text and "1,200-token batches" in text
-    assert "--tokenizer bpe with --vocab-size 8000" in text and "a checkpoint every M/20 minutes" in text
+    assert "--tokenizer bpe with --vocab-size 8000" in text and "a checkpoint every M/30 minutes" in text
     assert "--average-last 5" in text
 
 
