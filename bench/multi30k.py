@@ -160,6 +160,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="also score the last checkpoint alone (one more decoding pass)",
     )
     parser.add_argument(
+        "--attach-lowercased",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="only add the tokenized lowercased BLEU to existing results files (written before it was recorded): "
+        "decode each run's scored checkpoint again with the recorded split, beam and alpha, check that sacreBLEU "
+        "gives the recorded score, then stop",
+    )
+    parser.add_argument(
         "--attach-curves",
         type=Path,
         nargs="+",
@@ -188,6 +197,42 @@ def attach_curves(paths: list[Path]) -> None:
             entry["learning_curve"] = learning_curve(run_dir)
         path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         print(f"attached learning curves to {path}")
+
+
+def attach_lowercased(paths: list[Path], args: argparse.Namespace) -> None:
+    """Add the tokenized lowercased BLEU to results files written before it was recorded, from the checkpoints
+    they name, decoded again as recorded; refuses a file whose re-decoding does not give its recorded BLEU."""
+    for path in paths:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        for direction, entry in record["results"].items():
+            if not Path(entry["checkpoint"]).is_file():
+                raise SystemExit(f"{path}: the {direction} run's checkpoint {entry['checkpoint']} is not here")
+            config = EvaluateConfig(
+                entry["checkpoint"],
+                beam_size=entry["beam_size"],
+                alpha=entry["alpha"],
+                device=record["device"],
+                split="test" if entry["split"] == "test_2016_flickr" else entry["split"],  # the name evaluate takes
+                data_dir=args.data_dir or default_data_dir(),
+            )
+            scored = evaluate_run(config)
+            if round(scored["bleu"], 2) != entry["bleu"]:
+                raise SystemExit(
+                    f"{path}: {direction} decodes to BLEU {scored['bleu']:.2f} now, not the recorded {entry['bleu']}: "
+                    "not the same checkpoint or search; nothing written"
+                )
+            entry.update(lowercased_fields(scored))
+            print(f"{path.name} {direction}: tokenized lowercased BLEU {entry['tokenized_lowercased_bleu']}")
+        path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def lowercased_fields(scored: dict) -> dict:
+    """The tokenized lowercased BLEU of an ``evaluate_run`` result (as the Multi30k literature reports BLEU)."""
+    score = scored["tokenized_lowercased_bleu"]
+    return {
+        "tokenized_lowercased_bleu": None if score is None else round(score, 2),
+        "tokenized_lowercased_bleu_signature": scored["tokenized_lowercased_bleu_signature"],
+    }
 
 
 def score(args: argparse.Namespace, checkpoint: str, device: str, split: str) -> dict:
@@ -272,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.attach_curves:
         attach_curves(args.attach_curves)
         return 0
+    if args.attach_lowercased:
+        attach_lowercased(args.attach_lowercased, args)
+        return 0
     device = resolve_device(args.device).type
     minutes = args.minutes or (10.0 if device == "cuda" else 20.0)
     results: dict[str, dict] = {}
@@ -294,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             "bleu_signature": scored["bleu_signature"],
             "chrf": round(scored["chrf"], 2),
             "chrf_signature": scored["chrf_signature"],
+            **lowercased_fields(scored),
             "split": scored["split"],
             "sentences": scored["sentences"],
             "beam_size": args.beam_size,

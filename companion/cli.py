@@ -108,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "its references (--src-file F --ref-file R), with the checkpoint, in the direction the checkpoint "
         "records, and score it: sacreBLEU's BLEU and chrF on detokenized text (with their signatures), and "
         "tokenized BLEU as 2017 papers reported it (spaCy words of the target language, sacreBLEU "
-        "tokenize=none, case-sensitive: multi-bleu.perl's computation).",
+        "tokenize=none, case-sensitive: multi-bleu.perl's computation), and the same lowercased, as the Multi30k "
+        "literature usually reports it.",
     )
     add_options(evaluate, EvaluateConfig)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -173,6 +174,11 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
         if result.get("tokenized_bleu") is not None:
             stdout.write(f"tokenized BLEU = {result['tokenized_bleu']:.2f}  {result['tokenized_bleu_signature']}\n")
+        if result.get("tokenized_lowercased_bleu") is not None:
+            stdout.write(
+                f"tokenized lowercased BLEU = {result['tokenized_lowercased_bleu']:.2f}  "
+                f"{result['tokenized_lowercased_bleu_signature']}\n"
+            )
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
     stdout.flush()
 

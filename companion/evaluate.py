@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ._extras import import_optional
+from ._validation import check_bool
 from .data import Batch, Tokenizer
 from .decode import translate
 from .model import Transformer, eval_mode
@@ -54,17 +55,20 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[f
     return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], language: str) -> tuple[float, str]:
+def tokenized_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], language: str, *, lowercase: bool = False
+) -> tuple[float, str]:
     """Tokenized BLEU, as the papers of 2017 reported it: BLEU over word tokens, not over detokenized text.
 
     The exact definition: each hypothesis and reference is split into words by spaCy's rule-based tokenizer for
     ``language`` (the target language; ``companion.data.tokenizers.spacy_tokenizer``, the rules of the
     word tokenizer), the words are joined with single spaces, and sacreBLEU scores these strings with
     ``tokenize="none"`` (no further splitting), case-sensitive, exponential smoothing, one reference: the
-    computation of Moses' ``multi-bleu.perl`` on tokenized text. It is not comparable to :func:`corpus_bleu`
-    (tokenized BLEU is usually higher), nor exactly to a paper's number when the paper used another tokenizer
-    (the Transformer paper: Moses' tokenizer and, for en-de, compound splitting). Chinese or Japanese text is
-    split into characters by spaCy's defaults, which makes this a character-level BLEU.
+    computation of Moses' ``multi-bleu.perl`` on tokenized text. ``lowercase=True`` compares the words
+    case-insensitively (``multi-bleu.perl -lc``), as the Multi30k literature usually reports BLEU. It is not
+    comparable to :func:`corpus_bleu` (tokenized BLEU is usually higher), nor exactly to a paper's number when the
+    paper used another tokenizer (the Transformer paper: Moses' tokenizer and, for en-de, compound splitting).
+    Chinese or Japanese text is split into characters by spaCy's defaults, which makes this a character-level BLEU.
 
     Returns ``(score, signature)``; the signature is sacreBLEU's (``tok:none``) followed by
     ``|pretok:spacy-<language>``.
@@ -79,7 +83,8 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], languag
     def tokenized(texts: list[str]) -> list[str]:
         return [" ".join(token.text for token in split(text) if not token.is_space) for text in texts]
 
-    metric = BLEU(tokenize="none", force=True)  # tokenized on purpose: no "forgot to detokenize" warning
+    check_bool("lowercase", lowercase)
+    metric = BLEU(tokenize="none", lowercase=lowercase, force=True)  # tokenized on purpose: no detokenize warning
     score = metric.corpus_score(tokenized(hypotheses), [tokenized(references)])
     return float(score.score), f"{metric.get_signature()}|pretok:spacy-{language}"
 

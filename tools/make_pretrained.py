@@ -14,8 +14,8 @@ the average of the run's last 5 checkpoints) and ``pretrained/X-Y-small.json`` (
 command, when it trained and the machine's load meanwhile (``--train`` records them in the run folder, see
 ``TRAINING_LOG``), hardware, and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
 with their signatures, and BLEU as the Multi30k literature computes it, lowercased and tokenized, see
-:func:`lowercased_tokenized_bleu`), and records the file's SHA-256 in ``companion/pretrained.py`` so that every
-copy and download can be checked.
+``companion.evaluate.tokenized_bleu(..., lowercase=True)``), and records the file's SHA-256 in
+``companion/pretrained.py`` so that every copy and download can be checked.
 """
 
 from __future__ import annotations
@@ -179,22 +179,6 @@ def training_history(record: dict | None) -> str:
     )
 
 
-def lowercased_tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], language: str) -> tuple[float, str]:
-    """BLEU over spaCy word tokens, lowercased (see TOKENIZED_BLEU_METHOD); ``(score, signature)``."""
-    from sacrebleu.metrics import BLEU
-
-    from companion.data.tokenizers import spacy_tokenizer
-
-    split = spacy_tokenizer(language)
-
-    def tokenized(texts: Sequence[str]) -> list[str]:
-        return [" ".join(token.text for token in split(text) if not token.is_space) for text in texts]
-
-    metric = BLEU(tokenize="none", lowercase=True, force=True)  # tokenized on purpose: no warning
-    score = metric.corpus_score(tokenized(hypotheses), [tokenized(references)])
-    return float(score.score), f"{metric.get_signature()}|pretok:spacy-{language}"
-
-
 def score_split(pretrained, pairs: list[tuple[str, str]], tgt: str, beam: int) -> dict:
     from companion.evaluate import evaluate_translation, tokenized_bleu
 
@@ -204,7 +188,7 @@ def score_split(pretrained, pairs: list[tuple[str, str]], tgt: str, beam: int) -
     )
     seconds = time.monotonic() - start
     references = [target for _, target in pairs]
-    lc_bleu, lc_signature = lowercased_tokenized_bleu(scored["hypotheses"], references, tgt)
+    lc_bleu, lc_signature = tokenized_bleu(scored["hypotheses"], references, tgt, lowercase=True)
     cased_bleu, cased_signature = tokenized_bleu(scored["hypotheses"], references, tgt)
     return {
         "beam_size": beam,

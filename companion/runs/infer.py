@@ -331,8 +331,9 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     A split is read from the corpus the run recorded: Multi30k from ``config.data_dir``, else
     ``$COMPANION_DATA_DIR``, else the folder the run recorded (if it still exists), else the hub; a run's own
     ``--data-dir``/``--train``/``--hf-dataset`` corpus from where it was. Returns ``bleu``, ``bleu_signature``
-    (sacreBLEU on detokenized text), ``tokenized_bleu``, ``tokenized_bleu_signature`` (see
-    :func:`companion.evaluate.tokenized_bleu`), ``chrf``, ``chrf_signature``, ``hypotheses``, ``direction``,
+    (sacreBLEU on detokenized text), ``tokenized_bleu``, ``tokenized_bleu_signature``,
+    ``tokenized_lowercased_bleu`` and its signature (see :func:`companion.evaluate.tokenized_bleu`), ``chrf``,
+    ``chrf_signature``, ``hypotheses``, ``direction``,
     ``split``, ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
     """
     loaded = load_for_inference(config.weights(), config.device)
@@ -355,12 +356,16 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         **config.search_options(),
         device=target,
     )
-    tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], [t for _, t in pairs], tgt)
+    references = [t for _, t in pairs]
+    tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], references, tgt)
+    lc_bleu, lc_signature = _tokenized_bleu(result["hypotheses"], references, tgt, lowercase=True)
     return {
         "bleu": result["bleu"],
         "bleu_signature": result["bleu_signature"],
         "tokenized_bleu": tok_bleu,
         "tokenized_bleu_signature": tok_signature,
+        "tokenized_lowercased_bleu": lc_bleu,
+        "tokenized_lowercased_bleu_signature": lc_signature,
         "chrf": result["chrf"],
         "chrf_signature": result["chrf_signature"],
         "hypotheses": result["hypotheses"],
@@ -376,9 +381,11 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     }
 
 
-def _tokenized_bleu(hypotheses: list[str], references: list[str], language: str) -> tuple[float | None, str]:
+def _tokenized_bleu(
+    hypotheses: list[str], references: list[str], language: str, *, lowercase: bool = False
+) -> tuple[float | None, str]:
     """Tokenized BLEU, or ``(None, why)`` where spaCy has no rules for the target language."""
     try:
-        return tokenized_bleu(hypotheses, references, language)
+        return tokenized_bleu(hypotheses, references, language, lowercase=lowercase)
     except (ValueError, ImportError) as error:
         return None, f"not computed: {error}"

@@ -108,6 +108,9 @@ def test_fr_en_files_train_translate_evaluate_resume(tokenizer, tmp_path, capsys
     split = evaluate(capsys, "--checkpoint", str(out), "--split", "test")
     assert split["direction"] == "fr->en" and split["split"] == "test" and split["sentences"] == 20
     assert "tok:13a" in split["bleu_signature"] and "pretok:spacy-en" in split["tokenized_bleu_signature"]
+    lowercased = split["tokenized_lowercased_bleu_signature"]
+    assert "case:lc" in lowercased and "case:mixed" in split["tokenized_bleu_signature"] and "spacy-en" in lowercased
+    assert split["tokenized_lowercased_bleu"] >= split["tokenized_bleu"]  # case-insensitive matches are a superset
     files = evaluate(capsys, "--checkpoint", str(out), "--src-file", str(valid_files[0]), "--ref-file",
                      str(valid_files[1]))  # fmt: skip
     assert files["sentences"] == 30 and files["direction"] == "fr->en"

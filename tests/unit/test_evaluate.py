@@ -43,6 +43,16 @@ def test_tokenized_bleu_scores_spacy_words_without_a_detokenize_warning(caplog):
     assert "tok:none" in signature and signature.endswith("|pretok:spacy-en")
 
 
+def test_lowercased_tokenized_bleu_ignores_case_only():
+    hypotheses, references = ["A Dog runs ."] * 3, ["a dog runs."] * 3
+    cased, cased_signature = tokenized_bleu(hypotheses, references, "en")
+    lowered, signature = tokenized_bleu(hypotheses, references, "en", lowercase=True)
+    assert lowered == pytest.approx(100.0) and cased < 50  # only the case differs, and the period's spacing
+    assert "case:lc" in signature and "case:mixed" in cased_signature and signature.endswith("|pretok:spacy-en")
+    with pytest.raises(ValueError, match="lowercase"):
+        tokenized_bleu(hypotheses, references, "en", lowercase="yes")
+
+
 def test_bleu_matches_sacrebleu_and_a_hand_computation():
     score, _ = corpus_bleu(HYPOTHESES, REFERENCES)
     assert score == pytest.approx(sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score)
