@@ -207,15 +207,9 @@ def attach_lowercased(paths: list[Path], args: argparse.Namespace) -> None:
         for direction, entry in record["results"].items():
             if not Path(entry["checkpoint"]).is_file():
                 raise SystemExit(f"{path}: the {direction} run's checkpoint {entry['checkpoint']} is not here")
-            config = EvaluateConfig(
-                entry["checkpoint"],
-                beam_size=entry["beam_size"],
-                alpha=entry["alpha"],
-                device=record["device"],
-                split="test" if entry["split"] == "test_2016_flickr" else entry["split"],  # the name evaluate takes
-                data_dir=args.data_dir or default_data_dir(),
-            )
-            scored = evaluate_run(config)
+            split = "test" if entry["split"] == "test_2016_flickr" else entry["split"]  # the name evaluate takes
+            search = {"beam_size": entry["beam_size"], "alpha": entry["alpha"]}
+            scored = score(args, entry["checkpoint"], record["device"], split, **search)
             if round(scored["bleu"], 2) != entry["bleu"]:
                 raise SystemExit(
                     f"{path}: {direction} decodes to BLEU {scored['bleu']:.2f} now, not the recorded {entry['bleu']}: "
@@ -235,13 +229,22 @@ def lowercased_fields(scored: dict) -> dict:
     }
 
 
-def score(args: argparse.Namespace, checkpoint: str, device: str, split: str) -> dict:
-    """``companion evaluate`` of ``checkpoint`` on ``split`` with the benchmark's beam search."""
+def score(
+    args: argparse.Namespace,
+    checkpoint: str,
+    device: str,
+    split: str,
+    *,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+) -> dict:
+    """``companion evaluate`` of ``checkpoint`` on ``split`` with the benchmark's beam search (or ``beam_size`` and
+    ``alpha`` where given: a recorded run's)."""
     return evaluate_run(
         EvaluateConfig(
             checkpoint,
-            beam_size=args.beam_size,
-            alpha=args.alpha,
+            beam_size=args.beam_size if beam_size is None else beam_size,
+            alpha=args.alpha if alpha is None else alpha,
             device=device,
             split=split,
             data_dir=args.data_dir or default_data_dir(),
