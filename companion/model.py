@@ -19,6 +19,7 @@ from typing import Any, Literal, overload
 import torch
 from torch import nn
 
+from ._dropout import Dropout
 from ._linear import Linear
 from ._validation import (
     check_choice,
@@ -161,7 +162,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = Linear(d_model, d_ff)
         self.linear2 = Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
@@ -177,7 +178,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(config.d_model, config.d_ff, config.ffn_dropout)
         self.norm1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool):
         if need_weights:
@@ -249,7 +250,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.norm2 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.norm3 = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def _self_attend(self, y, cache: KVCache | None, layer: int, need_weights: bool):
         layer_cache = None if cache is None else cache.self_attn[layer]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._dropout import Dropout
 from ._validation import check_fraction, check_last_dim, check_positive_int, check_tensor
 
 __all__ = ["sinusoidal_encoding", "PositionalEncoding", "LearnedPositionalEncoding"]
@@ -47,7 +48,7 @@ class _AddPositions(nn.Module):
         self.d_model = check_positive_int("d_model", d_model)
         self.max_len = check_positive_int("max_len", max_len)
         check_fraction("dropout", dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def table(self) -> torch.Tensor:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -471,3 +471,36 @@ def test_a_nonfinite_validation_loss_stops_without_a_final_checkpoint(tmp_path, 
     with pytest.raises(TrainingDivergedError, match="validation loss is inf"):
         trainer.train()
     assert list_checkpoints(tmp_path / "checkpoints") == []
+
+
+# -- the loss's closed-form gradient ------------------------------------------------------------------------
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_label_smoothed_loss_gradient_matches_autograd_of_its_formula(smoothing):
+    """The hand-written backward against autograd through the formula, both outputs, padding included."""
+    torch.manual_seed(2)
+    logits = torch.randn(3, 7, 13, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 13, (3, 7))
+    target[1, 4:] = 0
+    target[2, :] = 0  # a row of padding only
+    loss_sum, nll_sum, _ = label_smoothed_loss(logits, target, smoothing=smoothing, pad_id=0)
+    weights = (0.7, -1.3)  # gradients flowing into both outputs at once
+    (got,) = torch.autograd.grad(weights[0] * loss_sum + weights[1] * nll_sum, logits)
+    log_probs = F.log_softmax(logits, dim=-1)
+    keep = target != 0
+    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1).masked_fill(~keep, 0.0).sum()
+    uniform = -log_probs.mean(dim=-1).masked_fill(~keep, 0.0).sum()
+    reference = (1 - smoothing) * nll + smoothing * uniform
+    (expected,) = torch.autograd.grad(weights[0] * reference + weights[1] * nll, logits)
+    torch.testing.assert_close(loss_sum, reference)
+    torch.testing.assert_close(got, expected)
+    assert got[2].abs().max() == 0
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, target, smoothing, 0)[:2], (logits,))
+
+
+def test_label_smoothed_loss_gradient_keeps_the_logits_dtype():
+    logits = torch.randn(2, 3, 11).to(torch.bfloat16).requires_grad_()
+    target = torch.tensor([[1, 2, 0], [3, 0, 0]])
+    loss_sum, _, _ = label_smoothed_loss(logits, target)
+    assert loss_sum.dtype == torch.float32
+    loss_sum.backward()
+    assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
