@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
+from companion._dropout import Dropout
 from companion.checkpoint import list_checkpoints, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main
 
@@ -98,7 +100,14 @@ def test_old_multi30k_run_translates_and_evaluates_as_before(capsys):
     assert math.isclose(result["chrf"], expected["chrf"], abs_tol=1e-6)
 
 
-def test_old_copy_run_resumes_to_the_same_numbers(tmp_path, capsys):
+def test_old_copy_run_resumes_to_the_same_numbers(tmp_path, capsys, monkeypatch):
+    """Resuming continues the recorded run exactly: weights, optimizer, schedule and random state all come back.
+
+    0.3.0 draws CPU dropout masks as random integers instead of with ``bernoulli_`` (``companion._dropout``: the
+    same distribution, other draws from the same seed), so steps 4 and 5 would use other masks than the version
+    that wrote the run did (the step-5 validation NLL then differs by ~1e-4 relative). The old draws are put back
+    for this test, so that what it compares is the resumed state, not the mask sampler."""
+    monkeypatch.setattr(Dropout, "forward", nn.Dropout.forward)
     run = tmp_path / "copy_run"
     shutil.copytree(FIXTURES / "copy_run", run)
     assert main(["train", "--resume", "--out", str(run), "--max-steps", "5", "--threads", "1", "--no-progress"]) == 0
