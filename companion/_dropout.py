@@ -26,7 +26,9 @@ class Dropout(nn.Dropout):
     """:class:`torch.nn.Dropout` with a faster CPU training mask (module docstring). Shapes: any -> same."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace or _capturing():
+        if not self.training:  # the identity, as nn.Dropout in eval mode (without its per-call checks)
+            return x
+        if x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace or _capturing():
             return super().forward(x)
         draws = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()  # uniform on [0, 2**31)
         keep = draws >= round(self.p * _INT31)  # True with probability 1 - p

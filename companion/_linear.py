@@ -55,10 +55,20 @@ class KeptTranspose:
         bias = None if any(b is None for b in biases) else torch.cat(biases)  # type: ignore[arg-type]
         return weight, bias
 
+    def _state(self) -> tuple:
+        """What the kept copy depends on: each parameter's storage, in-place version, dtype and device (a flat
+        tuple, built without intermediate lists: it is compared at every call of a decoding step)."""
+        state: tuple = ()
+        for layer in self._layers:
+            weight, bias = layer.weight, layer.bias
+            state += (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+            state += (None,) if bias is None else (bias.data_ptr(), bias._version, bias.dtype, bias.device)
+        return state
+
     def kept(self, *, transposed: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight_t [in, sum of outs] contiguous, bias or None)`` (``transposed=False``: ``stacked()`` as it is),
         rebuilt only when a parameter changed."""
-        key = (transposed, *((p.data_ptr(), p._version, p.dtype, p.device) for p in self._params()))
+        key = (transposed, self._state())
         if self._kept is None or key != self._key:
             with torch.no_grad():
                 weight, bias = self.stacked()
@@ -74,10 +84,10 @@ class KeptTranspose:
         """``x [..., in]`` -> ``[..., sum of outs]``."""
         if self._records_gradients(x) or _capturing():
             return F.linear(x, *self.stacked())
-        if x.device.type != "cpu":  # GPU kernels take the stored layout as fast: keep only the stacking
+        if not x.is_cpu:  # GPU kernels take the stored layout as fast: keep only the stacking
             return F.linear(x, *(self.stacked() if len(self._layers) == 1 else self.kept(transposed=False)))
         weight_t, bias = self.kept()
-        rows = x.reshape(-1, x.shape[-1])
+        rows = x.reshape(-1, x.shape[-1])  # a view where it can be (F.linear on a strided 3-D input is far slower)
         out = rows @ weight_t if bias is None else torch.addmm(bias, rows, weight_t)
         return out.view(*x.shape[:-1], weight_t.shape[1])
 

@@ -173,16 +173,20 @@ def _sdpa(
     Non-finite queries: PyTorch's fused CPU kernel returns a zero row for a query holding NaN, where the
     reference path returns NaN (and both return NaN for inf). Adding ``0 * sum(q)`` row by row gives NaN exactly
     where a query holds NaN or inf and ``+0`` elsewhere, so both paths agree. It is two cheap tensor ops
-    (``[..., m, d_k]`` summed, ``[..., m, d_v]`` added: small next to the ``m x n`` scores), with no
+    (``[..., m, d_k]`` summed, then ``out + 0 * sums`` as one ``add`` with ``alpha=0`` for float32 outputs:
+    small next to the ``m x n`` scores; a decoding step calls this four times for the small preset), with no
     host-device synchronisation, so it stays on in training too and works under export and compilation; the sum
     is taken in float32 so that large finite fp16 queries cannot overflow into a false NaN.
     """
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
-    nan_guard = q.sum(dim=-1, keepdim=True, dtype=torch.float32) * 0.0  # [..., m, 1]: NaN where q is not finite
-    out = out + (nan_guard if nan_guard.dtype == out.dtype else nan_guard.to(out.dtype))
+    q_sums = q.sum(dim=-1, keepdim=True, dtype=torch.float32)  # [..., m, 1]: NaN where q is not finite
+    if out.dtype == torch.float32:
+        out = torch.add(out, q_sums, alpha=0.0)  # out + 0 * q_sums in one operation
+    else:
+        out = out + (q_sums * 0.0).to(out.dtype)
     if mask is not None:
         # Fully masked rows come out of some kernels as NaN; define them as zeros, like the reference path.
-        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        out = torch.where(mask.any(dim=-1, keepdim=True), out, 0.0)
     return out
 
 

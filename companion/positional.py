@@ -69,12 +69,14 @@ class _AddPositions(nn.Module):
 class PositionalEncoding(_AddPositions):
     """Adds the fixed sinusoidal encoding to embeddings ``[batch, seq, d_model]``, then dropout."""
 
+    pe: torch.Tensor  # [max_len, d_model], a buffer
+
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1) -> None:
         super().__init__(d_model, max_len, dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def table(self) -> torch.Tensor:
-        return self.get_buffer("pe")
+        return self.pe
 
 
 class LearnedPositionalEncoding(_AddPositions):

@@ -546,3 +546,23 @@ def test_decoding_api_errors_name_the_argument(tiny_model, tokens):
     model.decode(tokens(2, 1, 19), memory, mask, cache=cache)
     with pytest.raises(ValueError, match="cache holds 2 rows but query has batch size 1"):
         model.decode(tokens(1, 1, 19), memory[:1], mask[:1], cache=cache)
+
+
+@pytest.mark.parametrize("vocab", [7, 127, 128, 129, 6190, 8000])
+def test_the_most_probable_token_is_argmax_first_among_ties(vocab):
+    """Greedy's two-level search (best block of 64 scores, then the best inside it) picks argmax's index for any
+    vocabulary size (padded last block or not), with ties across and inside blocks and -inf scores."""
+    from companion.decode.greedy import _most_probable
+
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(12, vocab, generator=generator)
+    logits[:, :2] = float("-inf")  # <pad>, <bos> as the step functions return them
+    logits[0] = 0.0  # every score tied: the first finite one
+    logits[0, :2] = float("-inf")
+    if vocab > 100:
+        logits[1, [5, vocab - 1]] = 50.0  # a tie across blocks: the first one
+        logits[2, [70, 71]] = 50.0  # a tie inside a block
+        logits[3, vocab - 1] = 50.0  # the maximum in the (maybe padded) last block
+    logits[4] = float("-inf")  # no finite score: index 0, as argmax
+    assert torch.equal(_most_probable(logits), logits.argmax(dim=-1))
+    assert torch.equal(_most_probable(logits[5:6]), logits[5:6].argmax(dim=-1))  # one row
