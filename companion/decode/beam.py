@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from .._validation import check_number
 from ..data import BOS_ID, EOS_ID, pad_sequences
 from ..model import Transformer, eval_mode
+from ._blocks import top_k
 from .limits import (
     MAX_ALPHA,
     _check_id_lists,
@@ -90,7 +91,7 @@ class BeamState:
         self.step += 1
         groups, k, vocab = len(self.sentences), self.k, log_probs.shape[-1]
         total = (self.scores[:, :, None] + log_probs.view(groups, k, vocab)).view(groups, k * vocab)
-        scores, index = total.topk(min(2 * k, k * vocab), dim=-1)
+        scores, index = top_k(total, min(2 * k, k * vocab))  # torch.topk's result, found block by block
         return Candidates(scores, index // vocab, index % vocab)
 
     def finish_eos(self, candidates: Candidates, eos_id: int) -> list[list[Finished]]:

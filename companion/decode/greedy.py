@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from .._validation import check_bool
 from ..data import BOS_ID, EOS_ID
 from ..model import Transformer, eval_mode
+from ._blocks import first_argmax
 from .limits import check_search_inputs, max_output_lengths
 from .steps import DecoderStep, model_step
 
@@ -27,29 +27,11 @@ class GreedyStepRecord:
     tokens: torch.Tensor
 
 
-_BLOCK = 64  # scores per block of :func:`_most_probable`'s two-level search
-
-
 def _most_probable(logits: torch.Tensor) -> torch.Tensor:
     """The most probable token of each row of ``logits [rows, vocab]``: the argmax (a softmax would not change
-    which one), the first one where several tie, as ``argmax(dim=-1)`` gives it.
-
-    Found in two levels, because on the CPUs we tried ``max(dim).indices``/``argmax`` over a whole row of scores
-    is several times slower than a maximum without the index (``amax``), and it is paid at every decoding step:
-    the best block of 64 scores (``amax`` per block, then the first block holding the row's maximum), then the
-    first maximum inside that block. On other devices (one kernel is fast there) and for rows of fewer than two
-    blocks it is ``max(dim).indices`` directly.
-    """
-    rows, vocab = logits.shape
-    if vocab < 2 * _BLOCK or not logits.is_cpu:
-        return logits.max(dim=-1).indices
-    blocks = -(-vocab // _BLOCK)
-    if blocks * _BLOCK != vocab:  # pad the last block with -inf: never above a real score, never chosen first
-        logits = F.pad(logits, (0, blocks * _BLOCK - vocab), value=float("-inf"))
-    by_block = logits.view(rows, blocks, _BLOCK)
-    best_block = by_block.amax(dim=-1).max(dim=-1).indices  # [rows]: the first block holding the maximum
-    within = by_block[torch.arange(rows, device=logits.device), best_block].max(dim=-1).indices  # [rows]
-    return best_block * _BLOCK + within
+    which one), the first one where several tie, found block by block (:func:`~companion.decode._blocks.first_argmax`:
+    on CPU a whole-row ``argmax`` is several times slower than the blocks' maxima)."""
+    return first_argmax(logits)
 
 
 def search_greedy(

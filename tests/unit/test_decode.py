@@ -550,8 +550,8 @@ def test_decoding_api_errors_name_the_argument(tiny_model, tokens):
 
 @pytest.mark.parametrize("vocab", [7, 127, 128, 129, 6190, 8000])
 def test_the_most_probable_token_is_argmax_first_among_ties(vocab):
-    """Greedy's two-level search (best block of 64 scores, then the best inside it) picks argmax's index for any
-    vocabulary size (padded last block or not), with ties across and inside blocks and -inf scores."""
+    """Greedy's block-by-block search (best block of 64 scores, then the best inside it) picks argmax's index for any
+    vocabulary size (short last block or not), with ties across and inside blocks and -inf scores."""
     from companion.decode.greedy import _most_probable
 
     generator = torch.Generator().manual_seed(vocab)
@@ -562,7 +562,29 @@ def test_the_most_probable_token_is_argmax_first_among_ties(vocab):
     if vocab > 100:
         logits[1, [5, vocab - 1]] = 50.0  # a tie across blocks: the first one
         logits[2, [70, 71]] = 50.0  # a tie inside a block
-        logits[3, vocab - 1] = 50.0  # the maximum in the (maybe padded) last block
+        logits[3, vocab - 1] = 50.0  # the maximum in the (maybe short) last block
     logits[4] = float("-inf")  # no finite score: index 0, as argmax
     assert torch.equal(_most_probable(logits), logits.argmax(dim=-1))
     assert torch.equal(_most_probable(logits[5:6]), logits[5:6].argmax(dim=-1))  # one row
+
+
+@pytest.mark.parametrize("n", [10, 128, 200, 24760, 32000])
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_beam_candidates_are_topk_found_block_by_block(n, k):
+    """Beam search's block-by-block top-k gives torch.topk's values and positions (no ties in random scores),
+    with -inf entries (empty beams), maxima in a short last block, and rows with fewer than k finite scores."""
+    from companion.decode._blocks import top_k
+
+    generator = torch.Generator().manual_seed(n + k)
+    scores = torch.randn(6, n, generator=generator)
+    scores[1, n // 2 :] = float("-inf")  # an empty half (a beam that is not alive)
+    scores[2, -3:] = 40.0 + torch.arange(3.0)  # the best ones at the very end
+    scores[3, :] = float("-inf")
+    scores[3, 0], scores[3, n - 1] = 1.0, 2.0  # two finite scores only: the rest of the top k are -inf
+    values, columns = top_k(scores, k)
+    expected_values, expected_columns = scores.topk(k, dim=-1)
+    assert torch.equal(values, expected_values)
+    assert torch.equal(scores.gather(1, columns), values), "the columns hold the values"
+    finite = torch.isfinite(expected_values)
+    assert torch.equal(columns[finite], expected_columns[finite])
+    assert bool((columns < n).all())
