@@ -31,10 +31,10 @@ def _worth_blocks(scores: torch.Tensor) -> bool:
 
 def _block_maxima(scores: torch.Tensor) -> torch.Tensor:
     """``scores [rows, n]`` -> the maximum of each block of :data:`BLOCK` columns ``[rows, ceil(n / BLOCK)]`` (the
-    last block may be shorter; no copy of ``scores`` is made)."""
+    last block may be shorter; a view of ``scores``, not a copy, is reduced)."""
     rows, n = scores.shape
     full = n // BLOCK
-    maxima = scores[:, : full * BLOCK].view(rows, full, BLOCK).amax(dim=-1)
+    maxima = scores[:, : full * BLOCK].reshape(rows, full, BLOCK).amax(dim=-1)
     if full * BLOCK == n:
         return maxima
     return torch.cat([maxima, scores[:, full * BLOCK :].amax(dim=-1, keepdim=True)], dim=1)

@@ -566,6 +566,8 @@ def test_the_most_probable_token_is_argmax_first_among_ties(vocab):
     logits[4] = float("-inf")  # no finite score: index 0, as argmax
     assert torch.equal(_most_probable(logits), logits.argmax(dim=-1))
     assert torch.equal(_most_probable(logits[5:6]), logits[5:6].argmax(dim=-1))  # one row
+    columns_first = logits.t().contiguous().t()  # the same scores, stored column by column (a custom step's output)
+    assert torch.equal(_most_probable(columns_first), logits.argmax(dim=-1))
 
 
 @pytest.mark.parametrize("n", [10, 128, 200, 24760, 32000])
@@ -588,3 +590,5 @@ def test_beam_candidates_are_topk_found_block_by_block(n, k):
     finite = torch.isfinite(expected_values)
     assert torch.equal(columns[finite], expected_columns[finite])
     assert bool((columns < n).all())
+    columns_first = scores.t().contiguous().t()  # the same scores, stored column by column
+    assert torch.equal(top_k(columns_first, k)[0], expected_values)
