@@ -55,20 +55,10 @@ class KeptTranspose:
         bias = None if any(b is None for b in biases) else torch.cat(biases)  # type: ignore[arg-type]
         return weight, bias
 
-    def _state(self) -> tuple:
-        """What the kept copy depends on: each parameter's storage, in-place version, dtype and device (a flat
-        tuple, built without intermediate lists: it is compared at every call of a decoding step)."""
-        state: tuple = ()
-        for layer in self._layers:
-            weight, bias = layer.weight, layer.bias
-            state += (weight.data_ptr(), weight._version, weight.dtype, weight.device)
-            state += (None,) if bias is None else (bias.data_ptr(), bias._version, bias.dtype, bias.device)
-        return state
-
     def kept(self, *, transposed: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight_t [in, sum of outs] contiguous, bias or None)`` (``transposed=False``: ``stacked()`` as it is),
         rebuilt only when a parameter changed."""
-        key = (transposed, self._state())
+        key = (transposed, *((p.data_ptr(), p._version, p.dtype, p.device) for p in self._params()))
         if self._kept is None or key != self._key:
             with torch.no_grad():
                 weight, bias = self.stacked()
