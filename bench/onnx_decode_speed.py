@@ -20,6 +20,9 @@ its WebAssembly build), with one intra-op thread as the page does:
   :class:`RecomputeGraph` with ``with_maps=True``), under :func:`companion.decode.search_beam`. This is the
   native counterpart of the browser test's latency report (``tests/website/test_translator.py``), run back to
   back on one machine instead of on two days.
+* **one call** of each graph on a beam's 4 rows (halfway through a sentence: 8 tokens of prefix, 14 of source),
+  beside a graph of the output layer alone (the output layer, the never-generated tokens, the log-softmax: what
+  every step pays after the decoder), with each graph's number of operations.
 
 The methods alternate for ``--rounds`` rounds (the machine is shared); the report gives the median of the per-round
 ratios and asserts that both graphs give the same outputs (at most 0.5% of the sentences may differ, as in
@@ -80,6 +83,35 @@ class RecomputeGraph(nn.Module):
         self_maps = torch.stack([weights for weights, _ in maps])
         cross_maps = torch.stack([weights for _, weights in maps])
         return logits, F.log_softmax(logits, dim=-1), self_maps, cross_maps
+
+
+class OutputLayerGraph(nn.Module):
+    """What every step does after the decoder, whichever graph runs it: ``y [rows, d_model]`` -> ``(logits,
+    log_probs) [rows, tgt_vocab]`` (the output layer, ``<pad>``/``<bos>`` at -inf, the log-softmax)."""
+
+    def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
+        super().__init__()
+        self.generator = model.generator
+        never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
+        never[[model.config.pad_id, bos_id]] = True
+        self.register_buffer("never_generated", never, persistent=False)
+
+    def forward(self, y: torch.Tensor):
+        logits = self.generator(y).float().masked_fill(self.never_generated, float("-inf"))
+        return logits, F.log_softmax(logits, dim=-1)
+
+
+def export_output_layer(model: Transformer, path: pathlib.Path) -> None:
+    """Write :class:`OutputLayerGraph` to ``path`` (any number of rows)."""
+    with eval_mode(model), torch.no_grad():
+        _export(
+            OutputLayerGraph(model),
+            (torch.zeros(2, model.config.d_model),),
+            path,
+            ["y"],
+            ["logits", "log_probs"],
+            {"y": {0: torch.export.Dim("rows"), 1: torch.export.Dim.STATIC}},
+        )
 
 
 def export_recompute(model: Transformer, path: pathlib.Path, *, with_maps: bool) -> None:
@@ -157,6 +189,37 @@ def timed(decode: Callable, groups: list[list[list[int]]]) -> tuple[float, list[
     return sum(each), each, outputs
 
 
+class TimedSession:
+    """An ONNX Runtime session that adds up the seconds its ``run`` calls take (``seconds``, ``calls``)."""
+
+    def __init__(self, session) -> None:
+        self.session, self.seconds, self.calls = session, 0.0, 0
+
+    def run(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.session.run(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+
+def graph_share(decode: Callable, groups, sessions: dict, graph: str) -> dict:
+    """One more (untimed-round) pass of ``decode`` over ``groups`` with ``sessions[graph]`` timed: the calls of the
+    decoder graph, their milliseconds each and their share of the search's time (the rest: the search itself,
+    moving rows, the encoder graph)."""
+    timed_session = sessions[graph] = TimedSession(sessions[graph])
+    try:
+        total, _, _ = timed(decode, groups)
+    finally:
+        sessions[graph] = timed_session.session
+    return {
+        "graph_calls": timed_session.calls,
+        "graph_ms_per_call": 1000 * timed_session.seconds / timed_session.calls,
+        "graph_share_of_search": timed_session.seconds / total,
+    }
+
+
 def alternate(name: str, cached: Callable, recompute: Callable, groups, rounds: int) -> dict:
     """Time ``cached`` and ``recompute`` over ``groups`` in alternation; check their outputs agree."""
     for decode in (cached, recompute):  # the first calls allocate and pick kernels: not timed
@@ -195,6 +258,54 @@ def alternate(name: str, cached: Callable, recompute: Callable, groups, rounds: 
     return result
 
 
+def per_call(
+    sessions: dict, graphs: pathlib.Path, model: Transformer, *, rows: int, prefix: int, src_len: int, calls: int
+) -> dict:
+    """Microseconds per call (median of 5 runs of ``calls`` calls, after as many untimed) of the cached step graph,
+    of the former page graph and of the output layer alone, on ``rows`` rows (a sentence's beam) with a prefix of
+    ``prefix`` tokens and a source of ``src_len``; and how many operations (nodes) each graph holds."""
+    import onnx
+
+    config, generator = model.config, np.random.default_rng(0)
+    layers, heads = config.num_decoder_layers, config.num_heads
+    d_head = config.d_model // heads
+
+    def floats(*shape: int) -> np.ndarray:
+        return generator.standard_normal(shape).astype(np.float32)
+
+    src = np.full((rows, src_len), 5, dtype=np.int64)
+    feeds = {
+        "decoder": {
+            "token_ids": np.full((rows, 1), 5, dtype=np.int64),
+            "src_ids": src,
+            "cross_keys": floats(layers, rows, heads, src_len, d_head),
+            "cross_values": floats(layers, rows, heads, src_len, d_head),
+            "past_keys": floats(layers, rows, heads, prefix - 1, d_head),
+            "past_values": floats(layers, rows, heads, prefix - 1, d_head),
+        },
+        "recompute_maps": {
+            "prefixes": np.full((rows, prefix), 5, dtype=np.int64),
+            "src_ids": src,
+            "memory": floats(rows, src_len, config.d_model),
+        },
+        "output_layer": {"y": floats(rows, config.d_model)},
+    }
+    result = {"rows": rows, "prefix_tokens": prefix, "source_tokens": src_len}
+    for name, feed in feeds.items():
+        session = sessions[name]
+        for _ in range(calls):
+            session.run(None, feed)
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                session.run(None, feed)
+            runs.append((time.perf_counter() - start) / calls * 1e6)
+        result[f"{name}_us_per_call"] = statistics.median(runs)
+        result[f"{name}_nodes"] = len(onnx.load(graphs / f"{name}.onnx").graph.node)
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=pathlib.Path, default=pathlib.Path("pretrained/de-en-small.pt"))
@@ -230,7 +341,8 @@ def main(argv: list[str] | None = None) -> None:
         sessions = load_onnx(graphs, threads=args.threads)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = args.threads
-        for name in ("recompute", "recompute_maps"):
+        export_output_layer(model, graphs / "output_layer.onnx")
+        for name in ("recompute", "recompute_maps", "output_layer"):
             path = str(graphs / f"{name}.onnx")
             sessions[name] = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
@@ -245,12 +357,30 @@ def main(argv: list[str] | None = None) -> None:
             for size in args.batch_sizes
         }
         singles = [[sentence] for sentence in ids[:: args.beam_every]]
-        beam = alternate(
-            f"beam {BEAM}, one sentence at a time",
-            lambda group: [best_tokens(found) for found in onnx_beam_search(sessions, group, BEAM, max_len=max_len)],
-            lambda group: recompute_search(sessions, "recompute_maps", group, max_len, beam=BEAM),
-            singles,
-            args.rounds,
+
+        def cached_beam(group):
+            return [best_tokens(found) for found in onnx_beam_search(sessions, group, BEAM, max_len=max_len)]
+
+        def recompute_beam(group):
+            return recompute_search(sessions, "recompute_maps", group, max_len, beam=BEAM)
+
+        beam = alternate(f"beam {BEAM}, one sentence at a time", cached_beam, recompute_beam, singles, args.rounds)
+        beam["where_the_time_goes"] = {
+            "cached": graph_share(cached_beam, singles, sessions, "decoder"),
+            "recompute": graph_share(recompute_beam, singles, sessions, "recompute_maps"),
+        }
+        for method, share in beam["where_the_time_goes"].items():
+            print(
+                f"beam {BEAM}, {method}: {share['graph_calls']} decoder calls, "
+                f"{share['graph_ms_per_call']:.3f} ms each, "
+                f"{100 * share['graph_share_of_search']:.0f}% of the search's time"
+            )
+        rows = {"rows": BEAM, "prefix": 8, "src_len": 14, "calls": 300}  # a beam of 4 halfway through a sentence
+        calls = per_call(sessions, graphs, model, **rows)
+        print(
+            f"one call, {BEAM} rows, prefix 8, source 14: cached step {calls['decoder_us_per_call']:.0f} us "
+            f"({calls['decoder_nodes']} operations), former page graph {calls['recompute_maps_us_per_call']:.0f} us "
+            f"({calls['recompute_maps_nodes']}), output layer alone {calls['output_layer_us_per_call']:.0f} us"
         )
 
     path = write_results(
@@ -269,6 +399,7 @@ def main(argv: list[str] | None = None) -> None:
             "the whole prefix with every position's attention weights",
             "greedy": {str(size): result for size, result in greedy.items()},
             f"beam{BEAM}_alpha{ALPHA}_one_sentence_at_a_time": beam,
+            "per_call": calls,
             "target": "issue 23: at least 2x at a batch of 16 (greedy); the page's beam-4 latency at least halved",
         },
     )
