@@ -21,25 +21,12 @@ import onnx_decode_speed as bench  # noqa: E402
 TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module")
-def graphs(tmp_path_factory):
+@pytest.fixture
+def graphs(tiny_model, tmp_path):
     """A tiny random model, its exported graphs and both recompute graphs, as ONNX Runtime sessions."""
-    from companion.model import Transformer, TransformerConfig
-
     torch.manual_seed(0)
-    model = Transformer(
-        TransformerConfig(
-            src_vocab_size=40,
-            tgt_vocab_size=50,
-            d_model=16,
-            num_heads=4,
-            num_encoder_layers=2,
-            num_decoder_layers=2,
-            d_ff=32,
-            max_len=32,
-        )
-    ).eval()
-    folder = tmp_path_factory.mktemp("graphs")
+    model = tiny_model(src_vocab_size=40, tgt_vocab_size=50)
+    folder = tmp_path
     export_onnx(model, folder)
     bench.export_recompute(model, folder / "recompute.onnx", with_maps=False)
     bench.export_recompute(model, folder / "recompute_maps.onnx", with_maps=True)
