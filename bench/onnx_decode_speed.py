@@ -1,10 +1,10 @@
 """The exported decoder step graph with its key/value cache against recomputing the prefix, both in ONNX Runtime.
 
-    python bench/onnx_decode_speed.py                      # pretrained/de-en-small.pt, ~4 minutes on 2 cores
+    python bench/onnx_decode_speed.py                      # pretrained/de-en-small.pt, ~6 minutes on 2 cores
     python bench/onnx_decode_speed.py --checkpoint pretrained/en-de-small.pt --results onnx_decode_speed_en-de
 
 ``bench/decode_speed.py`` measures the cache in eager PyTorch, where every operation pays a fixed Python and
-dispatch cost that the cache cannot remove; at a batch of 16 sentences that cost is most of a step. This script
+dispatch cost that the cache cannot remove, a large part of a step at a batch of 16 sentences. This script
 asks the same question in a graph runtime, the one the book's in-page translator uses (ONNX Runtime; the page runs
 its WebAssembly build), with one intra-op thread as the page does:
 
@@ -14,6 +14,9 @@ its WebAssembly build), with one intra-op thread as the page does:
   graph of the decoder over the whole prefix that projects only the last position onto the vocabulary
   (:class:`RecomputeGraph`, logits only: the baseline of ``decode_speed.py``), under the same search
   (:func:`companion.decode.search_greedy`). Both read the encoder graph's output.
+* the same greedy comparison in **eager PyTorch** (``companion.greedy_decode`` with and without the cache) with
+  ``torch.set_num_threads(--threads)``, so that the two runtimes are compared at one thread count (bench/decode_speed.py
+  uses PyTorch's default, here 2 threads).
 * **beam 4** (alpha 0.6), one sentence at a time as the page translates (every ``--beam-every``-th test sentence):
   the same step graph under :func:`companion.export.onnx_beam_search` against the page's former decoder graph
   (commit b404b5c: the whole prefix each step, with every position's attention weights, which that page drew;
@@ -51,7 +54,7 @@ from _common import results_stem, write_results  # noqa: E402
 
 from companion.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint  # noqa: E402
 from companion.data import BOS_ID, PAD_ID, load_multi30k, pad_sequences  # noqa: E402
-from companion.decode import best_hypothesis, max_output_lengths, search_beam, search_greedy  # noqa: E402
+from companion.decode import best_hypothesis, greedy_decode, max_output_lengths, search_beam, search_greedy  # noqa: E402
 from companion.export import _export, export_onnx, load_onnx, onnx_beam_search, onnx_greedy_decode  # noqa: E402
 from companion.model import Transformer, eval_mode  # noqa: E402
 
@@ -356,6 +359,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             for size in args.batch_sizes
         }
+        torch.set_num_threads(args.threads)  # eager PyTorch at the same thread count, same batches
+        eager = {
+            size: alternate(
+                f"eager PyTorch greedy, batch {size}",
+                lambda group: greedy_decode(model, pad_sequences(group, PAD_ID)),
+                lambda group: greedy_decode(model, pad_sequences(group, PAD_ID), use_cache=False),
+                batches(ids, size),
+                args.rounds,
+            )
+            for size in args.batch_sizes
+        }
         singles = [[sentence] for sentence in ids[:: args.beam_every]]
 
         def cached_beam(group):
@@ -398,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
             "beam_baseline": "RecomputeGraph(with_maps=True): the page's former decoder graph (commit b404b5c), "
             "the whole prefix with every position's attention weights",
             "greedy": {str(size): result for size, result in greedy.items()},
+            "eager_pytorch_greedy": {str(size): result for size, result in eager.items()},
+            "eager_pytorch": "companion.greedy_decode with and without use_cache (CachedStep / RecomputeStep), "
+            f"torch {torch.__version__} with {args.threads} thread(s): the same comparison outside the graph runtime",
             f"beam{BEAM}_alpha{ALPHA}_one_sentence_at_a_time": beam,
             "per_call": calls,
             "target": "issue 23: at least 2x at a batch of 16 (greedy); the page's beam-4 latency at least halved",
