@@ -14,7 +14,7 @@ last commit before the key/value cache) with the current page; issue 23 asks the
 
 Needs git, npm (the registry, or its cache), Chromium and the Python packages of ``make install``. Writes
 ``bench/results/translator_ab.json`` (or ``--results STEM``.json) with hardware, load and command; the worktrees
-are removed afterwards.
+are removed afterwards, the builds' and test runs' output stays in ``artifacts/translator_ab/``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
 REPORT = pathlib.Path("artifacts") / "translator_latency.json"
 MODEL = pathlib.Path("pretrained") / "de-en-small.pt"
+LOGS = ROOT / "artifacts" / "translator_ab"  # each build's and test run's output, kept after the worktrees go
 
 
 def run(command: list[str], cwd: pathlib.Path, log: pathlib.Path | None = None) -> None:
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed on the PATH")
 
+    LOGS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="translator_ab_") as folder:
         work = pathlib.Path(folder)
         trees = {"before": work / "before", "after": work / "after"}
@@ -122,14 +124,14 @@ def main(argv: list[str] | None = None) -> None:
                 commits[side] = subprocess.run(
                     ["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, check=True
                 ).stdout.strip()
-            build(trees["before"], work, [])
-            build(trees["after"], work, ["--checkpoint", f"de-en={trees['before'] / MODEL}"])
+            build(trees["before"], LOGS, [])
+            build(trees["after"], LOGS, ["--checkpoint", f"de-en={trees['before'] / MODEL}"])
             reports: dict[str, list[dict]] = {"before": [], "after": []}
             loads = []
             for round_ in range(1, args.rounds + 1):
                 loads.append(os.getloadavg()[0])
                 for side, select in (("before", args.before_tests), ("after", args.after_tests)):
-                    reports[side].append(latency(trees[side], select, work / f"{side}_{round_}.log"))
+                    reports[side].append(latency(trees[side], select, LOGS / f"{side}_{round_}.log"))
                 beam = summary(reports["before"], reports["after"]).get("beam4_alpha0.6", {})
                 print(f"round {round_}: beam 4 before/after {beam.get('median_of_round_ratios', 0):.2f}x", flush=True)
         finally:
