@@ -55,7 +55,14 @@ from _common import results_stem, write_results  # noqa: E402
 from companion.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint  # noqa: E402
 from companion.data import BOS_ID, PAD_ID, load_multi30k, pad_sequences  # noqa: E402
 from companion.decode import best_hypothesis, greedy_decode, max_output_lengths, search_beam, search_greedy  # noqa: E402
-from companion.export import _export, export_onnx, load_onnx, onnx_beam_search, onnx_greedy_decode  # noqa: E402
+from companion.export import (  # noqa: E402
+    _export,
+    _never_generated_mask,
+    export_onnx,
+    load_onnx,
+    onnx_beam_search,
+    onnx_greedy_decode,
+)
 from companion.model import Transformer, eval_mode  # noqa: E402
 
 BEAM, ALPHA = 4, 0.6
@@ -72,9 +79,7 @@ class RecomputeGraph(nn.Module):
     def __init__(self, model: Transformer, *, with_maps: bool, bos_id: int = BOS_ID) -> None:
         super().__init__()
         self.model, self.with_maps = model, with_maps
-        never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
-        never[[model.config.pad_id, bos_id]] = True
-        self.register_buffer("never_generated", never, persistent=False)
+        self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
 
     def forward(self, prefixes: torch.Tensor, src_ids: torch.Tensor, memory: torch.Tensor):
         src_mask = (src_ids != self.model.config.pad_id)[:, None, None, :]
@@ -95,9 +100,7 @@ class OutputLayerGraph(nn.Module):
     def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
         super().__init__()
         self.generator = model.generator
-        never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
-        never[[model.config.pad_id, bos_id]] = True
-        self.register_buffer("never_generated", never, persistent=False)
+        self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
 
     def forward(self, y: torch.Tensor):
         logits = self.generator(y).float().masked_fill(self.never_generated, float("-inf"))

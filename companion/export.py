@@ -93,6 +93,14 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Te
     return weights @ v, weights
 
 
+def _never_generated_mask(model: Transformer, bos_id: int = BOS_ID) -> torch.Tensor:
+    """Boolean ``[tgt_vocab]``, True at ``<pad>`` and ``bos_id``: the tokens a graph's next-token scores hold at -inf,
+    as the searches of :mod:`companion.decode` set them."""
+    never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
+    never[[model.config.pad_id, bos_id]] = True
+    return never
+
+
 def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
     return [cast(DecoderLayer, layer) for layer in model.decoder.layers]
 
@@ -136,9 +144,7 @@ class DecoderStepGraph(nn.Module):
     def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
         super().__init__()
         self.model = model
-        never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
-        never[[model.config.pad_id, bos_id]] = True
-        self.register_buffer("never_generated", never, persistent=False)
+        self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
 
     def _embed(self, token_ids: torch.Tensor, position: int | torch.SymInt) -> torch.Tensor:
         model = self.model
