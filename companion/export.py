@@ -17,7 +17,12 @@ key/value cache as :class:`companion.decode.CachedStep` keeps one (``L`` decoder
     at -inf as the searches of :mod:`companion.decode` set them; ``log_probs`` (their log-softmax, what beam
     search adds up); ``present_keys``, ``present_values`` ``[L, batch, H, past_len + 1, D]`` (the cache for the
     next step: beam search reorders its rows by parent hypothesis); ``self_attention`` ``[L, batch, H, 1,
-    past_len + 1]`` and ``cross_attention`` ``[L, batch, H, 1, src_len]``, this position's attention rows.
+    past_len + 1]`` and ``cross_attention`` ``[L, batch, H, 1, src_len]``, this position's attention rows; and
+    what a search takes from the scores, so that a caller need not copy and scan the whole vocabulary at every
+    step: ``next_ids`` int64 ``[batch]`` (the most probable token of each row, the first of equal maxima: greedy
+    search's choice) and ``top_log_probs`` float32, ``top_ids`` int64 ``[batch, top_k]`` (each row's ``top_k``
+    largest log-probabilities, best first, the lower id first where two are equal: a beam of ``k <= top_k / 2``
+    hypotheses draws its ``2k`` candidates from these).
 
 The step graph is built from the layers' weights by :class:`DecoderStepGraph` (the same arithmetic as
 :class:`~companion.model.DecoderLayer` on one new position), not from the model's own cache objects, so the
@@ -53,6 +58,7 @@ __all__ = [
     "onnx_greedy_decode",
     "onnx_beam_search",
     "ONNX_OPSET",
+    "TOP_K",
     "ENCODER_OUTPUTS",
     "DECODER_INPUTS",
     "DECODER_OUTPUTS",
@@ -68,7 +74,11 @@ DECODER_OUTPUTS = [
     "present_values",
     "self_attention",
     "cross_attention",
+    "next_ids",
+    "top_log_probs",
+    "top_ids",
 ]
+TOP_K = 32  # the default width of top_log_probs/top_ids: beam search of up to 15 beams ranks its candidates from them
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -99,6 +109,21 @@ def _never_generated_mask(model: Transformer, bos_id: int = BOS_ID) -> torch.Ten
     never = torch.zeros(model.config.tgt_vocab_size, dtype=torch.bool)
     never[[model.config.pad_id, bos_id]] = True
     return never
+
+
+def _output_bias(model: Transformer, bos_id: int = BOS_ID) -> torch.Tensor:
+    """The output layer's bias ``[tgt_vocab]`` (zeros for a tied output layer, which has none) with -inf at the
+    never-generated tokens: one matrix product then gives the masked scores, with no separate masking pass over
+    the vocabulary (``x + 0`` is ``x``, ``x + -inf`` is ``-inf`` for finite ``x``: the same numbers)."""
+    bias = model.generator.bias
+    base = torch.zeros(model.config.tgt_vocab_size) if bias is None else bias.detach().float().cpu()
+    return base.masked_fill(_never_generated_mask(model, bos_id), float("-inf"))
+
+
+def _top_k(model: Transformer, top_k: int | None) -> int:
+    """``top_k`` checked (a whole number from 1 to the target vocabulary size), or its default."""
+    vocab = model.config.tgt_vocab_size
+    return min(TOP_K, vocab) if top_k is None else check_integer("top_k", top_k, minimum=1, maximum=vocab)
 
 
 def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
@@ -136,15 +161,18 @@ class DecoderStepGraph(nn.Module):
     ``forward(token_ids [batch, 1], src_ids [batch, n], cross_keys, cross_values [L, batch, H, n, D],
     past_keys, past_values [L, batch, H, past, D])`` -> ``(logits [batch, tgt_vocab], log_probs,
     present_keys, present_values [L, batch, H, past + 1, D], self_attention [L, batch, H, 1, past + 1],
-    cross_attention [L, batch, H, 1, n])``. The new token sits at position ``past`` (its positional encoding);
-    it attends to every cached position and itself (causal by construction), and to the source positions that
-    are not ``<pad>``.
+    cross_attention [L, batch, H, 1, n], next_ids [batch], top_log_probs, top_ids [batch, top_k])``. The new
+    token sits at position ``past`` (its positional encoding); it attends to every cached position and itself
+    (causal by construction), and to the source positions that are not ``<pad>``. ``top_k`` (default
+    ``min(TOP_K, tgt_vocab)``) is the width of ``top_log_probs`` and ``top_ids``.
     """
 
-    def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
+    def __init__(self, model: Transformer, bos_id: int = BOS_ID, top_k: int | None = None) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
+        self.top_k = _top_k(model, top_k)
+        device = model.generator.weight.device
+        self.register_buffer("output_bias", _output_bias(model, bos_id).to(device), persistent=False)
 
     def _embed(self, token_ids: torch.Tensor, position: int | torch.SymInt) -> torch.Tensor:
         model = self.model
@@ -187,19 +215,30 @@ class DecoderStepGraph(nn.Module):
             cross_maps.append(w_cross)
         if model.decoder.norm is not None:
             y = model.decoder.norm(y)
-        logits = model.generator(y[:, -1]).float().masked_fill(self.never_generated, float("-inf"))
+        weight = model.generator.weight
+        logits = F.linear(y[:, -1], weight, self.output_bias.to(weight.dtype)).float()
+        log_probs = F.log_softmax(logits, dim=-1)
+        top_log_probs, top_ids = log_probs.topk(self.top_k, dim=-1)
         return (
             logits,
-            F.log_softmax(logits, dim=-1),
+            log_probs,
             torch.stack(present_k),
             torch.stack(present_v),
             torch.stack(self_maps),
             torch.stack(cross_maps),
+            logits.argmax(dim=-1),
+            top_log_probs,
+            top_ids,
         )
 
 
-def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int = BOS_ID) -> dict[str, Path]:
+def export_onnx(
+    model: Transformer, directory: str | os.PathLike, *, bos_id: int = BOS_ID, top_k: int | None = None
+) -> dict[str, Path]:
     """Write ``encoder.onnx`` and ``decoder.onnx`` for ``model`` into ``directory`` (see the module docstring).
+    ``top_k`` is the width of the step graph's ``top_log_probs``/``top_ids`` (``min(TOP_K, vocabulary)`` when not
+    given; at most the target vocabulary): beam search of fewer than ``top_k / 2`` beams can rank its candidates
+    from them (the in-page translator does).
 
     The graphs take any batch size (beam rows), source lengths up to the model's ``max_len`` and cache lengths
     from 0 to ``max_len - 1``. Each file is written to a temporary name and renamed when complete, so an
@@ -211,6 +250,7 @@ def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a companion Transformer, got {type(model).__name__}")
     check_integer("bos_id (a target token id)", bos_id, minimum=0, maximum=model.config.tgt_vocab_size - 1)
+    top_k = _top_k(model, top_k)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     device = next(model.parameters()).device
@@ -235,7 +275,7 @@ def export_onnx(model: Transformer, directory: str | os.PathLike, *, bos_id: int
                 {"src_ids": {0: batch, 1: src_len}},
             ),
             "decoder": _export(
-                DecoderStepGraph(model, bos_id),
+                DecoderStepGraph(model, bos_id, top_k),
                 (tokens, src, cross_keys, cross_values, past, past.clone()),
                 out / "decoder.onnx",
                 DECODER_INPUTS,
@@ -336,8 +376,9 @@ class OnnxStep:
             "past_keys": self.past_keys,
             "past_values": self.past_values,
         }
-        logits, _, self.past_keys, self.past_values, self.self_attention, self.cross_attention = self.decoder.run(
-            DECODER_OUTPUTS, feeds
+        names = ["logits", "present_keys", "present_values", "self_attention", "cross_attention"]
+        logits, self.past_keys, self.past_values, self.self_attention, self.cross_attention = self.decoder.run(
+            names, feeds
         )
         return torch.from_numpy(logits)  # <pad>, <bos> at -inf in the graph
 

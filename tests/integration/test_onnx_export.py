@@ -23,6 +23,7 @@ from companion.export import (
     DECODER_INPUTS,
     DECODER_OUTPUTS,
     ENCODER_OUTPUTS,
+    TOP_K,
     export_onnx,
     load_onnx,
     onnx_beam_search,
@@ -83,6 +84,18 @@ def test_graphs_are_self_contained(exported, sessions, pretrained):
     assert [o.name for o in sessions["encoder"].get_outputs()] == ENCODER_OUTPUTS
 
 
+def check_search_outputs(outputs: dict[str, np.ndarray]) -> None:
+    """The step graph's outputs for the searches are taken from its own scores exactly: ``next_ids`` is each row's
+    first maximum of ``logits``; ``top_ids`` the ``TOP_K`` largest ``log_probs``, best first and the lower id first
+    among equal values (a stable sort), with ``top_log_probs`` their values."""
+    logits, log_probs = outputs["logits"], outputs["log_probs"]
+    assert np.array_equal(outputs["next_ids"], logits.argmax(axis=-1))
+    width = min(TOP_K, log_probs.shape[-1])
+    expected_ids = np.argsort(-log_probs, axis=-1, kind="stable")[:, :width]
+    assert np.array_equal(outputs["top_ids"], expected_ids)
+    assert np.array_equal(outputs["top_log_probs"], np.take_along_axis(log_probs, expected_ids, axis=-1))
+
+
 def test_outputs_match_pytorch_within_tolerance(sessions, pretrained, test_sources):
     """Encoder memory, all attention maps, next-token logits and log-probabilities on padded batches of real
     sentences, teacher-forced step by step (the cache growing from 0 positions) on the model's own greedy output."""
@@ -115,9 +128,11 @@ def test_outputs_match_pytorch_within_tolerance(sessions, pretrained, test_sourc
                 "past_keys": past_k,
                 "past_values": past_v,
             }
-            logits, log_probs, past_k, past_v, self_attention, cross_attention = sessions["decoder"].run(
-                DECODER_OUTPUTS, feeds
-            )
+            outputs = dict(zip(DECODER_OUTPUTS, sessions["decoder"].run(DECODER_OUTPUTS, feeds)))
+            logits, log_probs = outputs["logits"], outputs["log_probs"]
+            past_k, past_v = outputs["present_keys"], outputs["present_values"]
+            self_attention, cross_attention = outputs["self_attention"], outputs["cross_attention"]
+            check_search_outputs(outputs)
             assert past_k.shape == (layers, rows, heads, t + 1, d_head)
             pairs.append((self_attention, expected_self[:, :, :, t : t + 1, : t + 1]))
             pairs.append((cross_attention, expected_cross[:, :, :, t : t + 1]))
@@ -183,3 +198,37 @@ def test_export_rejects_a_bos_id_outside_the_vocabulary(pretrained, tmp_path: pa
 def test_load_onnx_names_the_missing_graph(tmp_path):
     with pytest.raises(FileNotFoundError, match="directory must hold encoder.onnx"):
         load_onnx(tmp_path)
+
+
+def test_untied_output_layer_and_a_small_vocabulary(tiny_model, tmp_path):
+    """An output layer with its own bias keeps it in the step graph (beside the -inf of the never-generated
+    tokens), and a vocabulary smaller than TOP_K gives whole rows in top_log_probs/top_ids."""
+    torch.manual_seed(0)
+    model = tiny_model(tie_output=False)
+    with torch.no_grad():
+        model.generator.bias.normal_()  # a bias far from zero
+    sessions = load_onnx(export_onnx(model, tmp_path)["decoder"].parent)
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, 0, 0]])
+    tokens = torch.tensor([[BOS_ID], [BOS_ID]])
+    _, _, cross_keys, cross_values = run_encoder(sessions, src.numpy())
+    layers, rows, heads, _, d_head = cross_keys.shape
+    empty = np.zeros((layers, rows, heads, 0, d_head), dtype=np.float32)
+    feeds = {"token_ids": tokens.numpy(), "src_ids": src.numpy(), "cross_keys": cross_keys,
+             "cross_values": cross_values, "past_keys": empty, "past_values": empty}  # fmt: skip
+    outputs = dict(zip(DECODER_OUTPUTS, sessions["decoder"].run(DECODER_OUTPUTS, feeds)))
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        want = model.decode(tokens, memory, src_mask)[:, -1]
+    want[:, [model.config.pad_id, BOS_ID]] = float("-inf")
+    finite = np.isfinite(want.numpy())
+    assert np.array_equal(np.isfinite(outputs["logits"]), finite)
+    assert np.abs(outputs["logits"][finite] - want.numpy()[finite]).max() < TOLERANCE
+    assert outputs["top_ids"].shape == (2, model.config.tgt_vocab_size)
+    check_search_outputs(outputs)
+
+
+@pytest.mark.parametrize("top_k", [0, 20, 2.5])
+def test_top_k_outside_the_vocabulary_is_refused(tiny_model, tmp_path, top_k):
+    with pytest.raises((ValueError, TypeError), match="top_k"):
+        export_onnx(tiny_model(), tmp_path, top_k=top_k)
+    assert list(tmp_path.iterdir()) == []  # nothing written

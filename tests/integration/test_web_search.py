@@ -35,6 +35,10 @@ CASES = [
     (3, MAX_ALPHA, 9),
 ]
 SEEDS = range(12)
+# Entries per row that the JavaScript step gives beam search (the decoder graph's top_k): the default (wider than
+# the tables' vocabulary: whole rows) and fewer, so that the search ranks beams of up to 4 from each row's best
+# entries and beams of 8 from the whole rows (2k candidates need more than 2k entries a row).
+WIDTHS = (32, 9)
 
 
 def step_table(seed: int) -> torch.Tensor:
@@ -74,21 +78,19 @@ def as_json(values: torch.Tensor) -> list:
     ]
 
 
-@pytest.fixture(scope="module")
-def javascript_results() -> dict[int, list[dict]]:
-    """Per seed, search.js's result for every case, from one node process."""
-    requests = []
-    for seed in SEEDS:
-        logits = step_table(seed)
-        requests.append(
-            {
-                "config": {"bos_id": BOS_ID, "eos_id": EOS_ID},
-                "vocab": VOCAB,
-                "logits": as_json(logits),
-                "log_probs": as_json(torch.log_softmax(logits, dim=-1)),  # what the decoder graph's log_probs hold
-                "cases": [{"beamSize": k, "alpha": a, "limit": n} for k, a, n in CASES],
-            }
-        )
+def run_search_js(tables: list[torch.Tensor], width: int) -> list[list[dict]]:
+    """search.js's result for every case on each step table (logits), with ``width`` entries per row."""
+    requests = [
+        {
+            "config": {"bos_id": BOS_ID, "eos_id": EOS_ID},
+            "vocab": VOCAB,
+            "logits": as_json(logits),
+            "log_probs": as_json(torch.log_softmax(logits, dim=-1)),  # what the decoder graph's log_probs hold
+            "cases": [{"beamSize": k, "alpha": a, "limit": n} for k, a, n in CASES],
+            "width": width,
+        }
+        for logits in tables
+    ]
     completed = subprocess.run(
         [node("search (web/translator/search.js)"), str(CLI)],
         input=json.dumps(requests),
@@ -98,14 +100,22 @@ def javascript_results() -> dict[int, list[dict]]:
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
-    return dict(zip(SEEDS, json.loads(completed.stdout)))
+    return json.loads(completed.stdout)
 
 
+@pytest.fixture(scope="module")
+def javascript_results() -> dict[tuple[int, int], list[dict]]:
+    """Per (seed, width), search.js's result for every case, from one node process per width."""
+    tables = [step_table(seed) for seed in SEEDS]
+    return {(seed, width): results for width in WIDTHS for seed, results in zip(SEEDS, run_search_js(tables, width))}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_javascript_search_equals_python(seed, javascript_results):
+def test_javascript_search_equals_python(seed, width, javascript_results):
     logits = step_table(seed)
     ended = {True: 0, False: 0}
-    for (beam_size, alpha, limit), result in zip(CASES, javascript_results[seed]):
+    for (beam_size, alpha, limit), result in zip(CASES, javascript_results[seed, width]):
         ids, score = python_search(logits, beam_size, alpha, limit)
         assert result["ids"] == ids, (beam_size, alpha, limit)
         if score is None:
@@ -114,4 +124,39 @@ def test_javascript_search_equals_python(seed, javascript_results):
             assert result["score"] == pytest.approx(score, abs=1e-5), (beam_size, alpha, limit)
         assert result["trailMatches"], (beam_size, alpha, limit)  # the attention rows the page gathers
         ended[result["endedWithEos"]] += 1
+        # whole rows only where the best entries cannot decide: never for greedy search, never for complete
+        # rows; with 9 entries a row, at every step of a beam of 8 (16 candidates) and never for beams up to 4
+        # (no two scores of these random tables are equal)
+        if beam_size == 1 or width >= VOCAB or 2 * beam_size < width:
+            assert result["fullRows"] == 0, (beam_size, alpha, limit)
+        else:
+            assert result["fullRows"] == result["decoderCalls"], (beam_size, alpha, limit)
     assert ended[True] > 0  # the cases exercise <eos>
+
+
+def test_ties_at_the_cut_rank_the_whole_rows():
+    """Step tables whose scores tie in every row (logits in steps of 0.5): with few entries a row, a tie reaches
+    the cut at some steps, and the search ranks those steps' whole rows, so that it finds exactly what it finds
+    from whole rows (no token tied with the cut is left out)."""
+    tables = [torch.where(torch.isinf(t), t, (2 * t).round() / 2) for t in (step_table(seed) for seed in SEEDS)]
+    narrow, whole = run_search_js(tables, 5), run_search_js(tables, VOCAB)
+    fell_back = 0
+    for narrow_cases, whole_cases in zip(narrow, whole):
+        for (beam_size, _, _), a, b in zip(CASES, narrow_cases, whole_cases):
+            assert b["fullRows"] == 0
+            assert {k: v for k, v in a.items() if k != "fullRows"} == {k: v for k, v in b.items() if k != "fullRows"}
+            if 2 * beam_size < 5:
+                fell_back += a["fullRows"]
+    assert fell_back > 0  # some steps of beams ranked from 5 entries met a tie at the cut
+
+
+def test_search_unit_tests_pass_under_node():
+    """web/translator/test/*.test.mjs (search.js's own unit tests) under ``node --test``."""
+    completed = subprocess.run(
+        [node("search (web/translator/search.js)"), "--test", str(ROOT / "web" / "translator" / "test")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -2,11 +2,16 @@
  * Greedy and beam search in JavaScript: companion.decode's searches (search_greedy, search_beam) for one
  * sentence, for the book's in-page translator (translator.js). Pure functions over a step callback, no DOM:
  *
- *   step(prefixes, output, parents) -> Promise of [rows * vocab] numbers: the decoder graph's `output` ("logits"
- *                             for greedy search, "log_probs" for beam search) for each prefix ([<bos>, ...] each);
- *                             parents[i] is the row of the previous call whose prefix prefixes[i] extends by one
- *                             token (null at the first call), so a step with a key/value cache feeds only the last
- *                             token of each prefix after reordering its cache rows by parent
+ *   step(prefixes, output, parents) -> Promise of the decoder graph's `output` for each prefix ([<bos>, ...] each):
+ *                             "next_ids": [rows] token ids, each row's most probable next token (the first of
+ *                             equal maxima), for greedy search; "top_log_probs": {values, ids, width, full} with
+ *                             each row's `width` largest log-probabilities and their token ids ([rows * width],
+ *                             best first, the lower id first among equal values: the graph's top_log_probs and
+ *                             top_ids) and full() -> Promise of the whole rows [rows * vocab] (log_probs), for
+ *                             beam search. parents[i] is the row of the previous call whose prefix prefixes[i]
+ *                             extends by one token (null at the first call), so a step with a key/value cache
+ *                             feeds only the last token of each prefix after reordering its cache rows by parent.
+ *                             stepOutput(rows, rowCount, vocab, output, width) gives both from whole rows.
  *   greedySearch(step, limit, config, vocab, onProgress)
  *       -> {ids, endedWithEos, score: null, decoderCalls, trail}
  *   beamSearch(step, limit, k, alpha, config, vocab, onProgress)
@@ -69,19 +74,18 @@
   }
 
   /**
-   * Greedy search (companion.decode.greedy_decode for one sentence).
-   * step(prefixes, output) runs the decoder on the prefixes ([<bos>, ...] each) and returns that output,
-   * [rows, vocab]. Returns {ids, endedWithEos, decoderCalls}.
+   * Greedy search (companion.decode.greedy_decode for one sentence): step(prefixes, "next_ids", parents) gives
+   * the most probable next token of the prefix (see the header). Returns {ids, endedWithEos, decoderCalls}.
    */
   async function greedySearch(step, limit, config, vocab, onProgress) {
     const ids = [];
     const trail = [];
     let calls = 0;
     for (;;) {
-      const logits = await step([[config.bos_id].concat(ids)], "logits", calls === 0 ? null : [0]);
+      const next = await step([[config.bos_id].concat(ids)], "next_ids", calls === 0 ? null : [0]);
       trail.push([calls, 0]);
       calls++;
-      const token = argmax(logits, 0, vocab);
+      const token = Number(next[0]);
       if (token === config.eos_id) return { ids, endedWithEos: true, score: null, decoderCalls: calls, trail };
       ids.push(token);
       if (onProgress) onProgress(ids);
@@ -139,6 +143,71 @@
   }
 
   /**
+   * topCandidates from each row's best entries (a "top_log_probs" step output: {values, ids, width}) instead of
+   * the whole rows: the same 2k candidates in the same order, ranked by the float32 sum and then by the flat
+   * index beam * vocab + token. A row's entries stand in for the row when no token left out of them could rank
+   * among the 2k: every token left out scores at most the row's last entry, so that holds when the last entry's
+   * sum is below the 2k-th candidate's. Returns null otherwise (ties at the cut, or width <= 2k): then rank the
+   * whole rows with topCandidates.
+   */
+  function topCandidatesFromBest(beams, top, rowOfBeam, k, vocab) {
+    const want = Math.min(2 * k, k * vocab);
+    const complete = top.width >= vocab; // the entries are the whole row
+    if (!complete && top.width <= want) return null;
+    const scores = [];
+    const flat = [];
+    const lastOfRow = [];
+    for (let beam = 0; beam < beams.length; beam++) {
+      const base = beams[beam].score;
+      if (base === -Infinity) continue; // every extension of a dead beam is -inf
+      const offset = rowOfBeam[beam] * top.width;
+      for (let j = 0; j < top.width; j++) {
+        const total = Math.fround(base + top.values[offset + j]);
+        const index = beam * vocab + Number(top.ids[offset + j]);
+        const n = scores.length;
+        if (n === want && (total < scores[n - 1] || (total === scores[n - 1] && index > flat[n - 1]))) continue;
+        let at = n;
+        while (at > 0 && (scores[at - 1] < total || (scores[at - 1] === total && flat[at - 1] > index))) at--;
+        scores.splice(at, 0, total);
+        flat.splice(at, 0, index);
+        if (scores.length > want) {
+          scores.pop();
+          flat.pop();
+        }
+      }
+      lastOfRow.push(Math.fround(base + top.values[offset + top.width - 1]));
+    }
+    if (!complete && scores.length === want && lastOfRow.some((last) => !(last < scores[want - 1]))) return null;
+    return scores.map((score, i) => ({ score, beam: Math.floor(flat[i] / vocab), token: flat[i] % vocab }));
+  }
+
+  /**
+   * What the decoder graph gives a search, from whole rows ([rowCount * vocab] scores): "next_ids", each row's
+   * first maximum; "top_log_probs", {values, ids, width, full} with each row's `width` largest values, best first,
+   * the lower id first among equal ones (ONNX TopK's order). For step functions that hold whole rows (tests).
+   */
+  function stepOutput(rows, rowCount, vocab, output, width) {
+    if (output === "next_ids") return Int32Array.from({ length: rowCount }, (_, r) => argmax(rows, r * vocab, vocab));
+    if (output !== "top_log_probs") throw new Error(`unknown step output ${output}`);
+    const w = Math.min(width, vocab);
+    const values = new Float32Array(rowCount * w);
+    const ids = new Int32Array(rowCount * w);
+    for (let r = 0; r < rowCount; r++) {
+      const order = Array.from({ length: vocab }, (_, i) => i);
+      order.sort((a, b) => {
+        const x = rows[r * vocab + a];
+        const y = rows[r * vocab + b];
+        return x > y ? -1 : x < y ? 1 : a - b;
+      });
+      order.slice(0, w).forEach((token, j) => {
+        values[r * w + j] = rows[r * vocab + token];
+        ids[r * w + j] = token;
+      });
+    }
+    return { values, ids, width: w, full: () => Promise.resolve(rows) };
+  }
+
+  /**
    * Beam search (companion.decode.beam_search / search_beam for one sentence): k beams, 2k candidates per
    * step; an <eos> among the first k ranks finishes a hypothesis scored log P / lp(step); the k best others
    * go on; stop with k finished hypotheses or at the length limit (the running beams then finish with force);
@@ -155,15 +224,17 @@
       const alive = [];
       const rowOfBeam = beams.map((beam, i) => (beam.score === -Infinity ? -1 : alive.push(i) - 1));
       const parents = t === 1 ? null : alive.map((i) => beams[i].trail[beams[i].trail.length - 1][1]);
-      const logProbs = await step(
+      const top = await step(
         alive.map((i) => [config.bos_id].concat(beams[i].ids)),
-        "log_probs",
+        "top_log_probs",
         parents
       );
       const call = calls;
       calls++;
       const trailOf = (beam) => beams[beam].trail.concat([[call, rowOfBeam[beam]]]);
-      const candidates = topCandidates(beams, logProbs, rowOfBeam, k, vocab);
+      const candidates =
+        topCandidatesFromBest(beams, top, rowOfBeam, k, vocab) ||
+        topCandidates(beams, await top.full(), rowOfBeam, k, vocab);
       const penalty = lengthPenalty(t, alpha);
       for (let rank = 0; rank < Math.min(k, candidates.length); rank++) {
         const c = candidates[rank];
@@ -224,6 +295,8 @@
     greedySearch,
     FinishedHypotheses,
     topCandidates,
+    topCandidatesFromBest,
+    stepOutput,
     beamSearch,
     checkSearchOptions,
   };

@@ -5,16 +5,18 @@
  *   node web/translator/search_cli.mjs < request.json > results.json
  *
  * stdin: a list of requests {"config": {bos_id, eos_id}, "vocab": V, "logits": T, "log_probs": L, "cases":
- * [{beamSize, alpha, limit}, ...]}. T[token][position] is the row of next-token logits after a prefix that ends
- * with `token` at `position` (0 for <bos>), L the same as log-probabilities; null stands for -inf (JSON has no
- * infinities). stdout: per request, one {ids, endedWithEos, score, decoderCalls, trailMatches} per case (beamSize 1:
- * greedy); the step throws when a prefix is not its parent row's prefix plus one token (what a cache relies on).
+ * [{beamSize, alpha, limit}, ...], "width": W}. T[token][position] is the row of next-token logits after a prefix
+ * that ends with `token` at `position` (0 for <bos>), L the same as log-probabilities; null stands for -inf (JSON
+ * has no infinities); W is how many best entries per row a "top_log_probs" step gives (the graph's top_k; default
+ * 32). stdout: per request, one {ids, endedWithEos, score, decoderCalls, trailMatches, fullRows} per case
+ * (beamSize 1: greedy; fullRows: the calls whose whole rows the search asked for); the step throws when a prefix
+ * is not its parent row's prefix plus one token (what a cache relies on).
  */
 import { createRequire } from "node:module";
 import { readFileSync } from "node:fs";
 
 const require = createRequire(import.meta.url);
-const { greedySearch, beamSearch } = require("./search.js");
+const { greedySearch, beamSearch, stepOutput } = require("./search.js");
 
 function table(rows) {
   return rows.map((byPosition) => byPosition.map((row) => Float32Array.from(row, (v) => (v === null ? -Infinity : v))));
@@ -26,9 +28,10 @@ function table(rows) {
  * previous call plus one token (the cache holds the parent's positions). `calls` records every call's prefixes,
  * so the result's trail can be checked against them.
  */
-function tableStep(request, calls) {
-  const outputs = { logits: table(request.logits), log_probs: table(request.log_probs) };
+function tableStep(request, calls, counts) {
+  const outputs = { next_ids: table(request.logits), top_log_probs: table(request.log_probs) };
   const vocab = request.vocab;
+  const width = request.width === undefined ? 32 : request.width;
   return async function step(prefixes, output, parents) {
     const previous = calls.length ? calls[calls.length - 1] : null;
     prefixes.forEach((prefix, row) => {
@@ -41,7 +44,15 @@ function tableStep(request, calls) {
     calls.push(prefixes.map((prefix) => prefix.slice()));
     const data = new Float32Array(prefixes.length * vocab);
     prefixes.forEach((prefix, row) => data.set(outputs[output][prefix[prefix.length - 1]][prefix.length - 1], row * vocab));
-    return data;
+    const result = stepOutput(data, prefixes.length, vocab, output, width);
+    if (output === "top_log_probs") {
+      const full = result.full;
+      result.full = () => {
+        counts.fullRows++;
+        return full();
+      };
+    }
+    return result;
   };
 }
 
@@ -60,12 +71,14 @@ for (const request of JSON.parse(readFileSync(0, "utf8"))) {
   const perCase = [];
   for (const c of request.cases) {
     const calls = [];
-    const step = tableStep(request, calls);
+    const counts = { fullRows: 0 };
+    const step = tableStep(request, calls, counts);
     const result =
       c.beamSize === 1
         ? await greedySearch(step, c.limit, request.config, request.vocab)
         : await beamSearch(step, c.limit, c.beamSize, c.alpha, request.config, request.vocab);
     result.trailMatches = trailMatches(result, calls, request.config.bos_id);
+    result.fullRows = counts.fullRows;
     delete result.trail;
     perCase.push(result);
   }

@@ -38,7 +38,17 @@
   // The graphs' interface (companion.export: ENCODER_OUTPUTS, DECODER_INPUTS, DECODER_OUTPUTS)
   const ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_keys", "cross_values"];
   const DECODER_INPUTS = ["token_ids", "src_ids", "cross_keys", "cross_values", "past_keys", "past_values"];
-  const DECODER_OUTPUTS = ["logits", "log_probs", "present_keys", "present_values", "self_attention", "cross_attention"];
+  const DECODER_OUTPUTS = [
+    "logits",
+    "log_probs",
+    "present_keys",
+    "present_values",
+    "self_attention",
+    "cross_attention",
+    "next_ids",
+    "top_log_probs",
+    "top_ids",
+  ];
   // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0); translate() accepts alpha up to model.json's
   // decoding.max_alpha (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
   const ALPHA_SLIDER_MAX = 1.5;
@@ -255,8 +265,12 @@
 
   /**
    * A decoder step function over one source (search.js's step(prefixes, output, parents)): the cache of the
-   * previous call's rows is reordered by `parents`, and only the last token of each prefix is fed. Each call's
-   * attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
+   * previous call's rows is reordered by `parents`, and only the last token of each prefix is fed. `output` is
+   * "next_ids" (greedy search) or "top_log_probs" (beam search: each row's best log-probabilities and their ids,
+   * with full() running the same feeds again for the whole rows, log_probs, when the best entries cannot decide:
+   * the graph has no state, so a second run gives the same numbers). Copying out a few entries per row instead
+   * of the whole vocabulary, and not scanning it in JavaScript, is most of what a step costs besides the graph.
+   * Each call's attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
    */
   function decoderStep(rt, src, encoded) {
     const n = src.length;
@@ -274,6 +288,7 @@
     }
     let present = null; // {keys, values} of the previous call: [layers, rows, heads, positions, d_head]
     const calls = [];
+    const kept = ["present_keys", "present_values", "self_attention", "cross_attention"];
     async function step(prefixes, output, parents) {
       const rows = prefixes.length;
       const t = tiled(rows);
@@ -296,10 +311,18 @@
         past_keys: past.keys,
         past_values: past.values,
       };
-      const result = await rt.decoder.run(feeds, [output, "present_keys", "present_values", "self_attention", "cross_attention"]);
+      const fetched = output === "next_ids" ? ["next_ids"] : ["top_log_probs", "top_ids"];
+      const result = await rt.decoder.run(feeds, fetched.concat(kept));
       present = { keys: result.present_keys, values: result.present_values };
       calls.push({ self: result.self_attention, cross: result.cross_attention });
-      return result[output].data;
+      if (output === "next_ids") return result.next_ids.data;
+      const top = result.top_log_probs;
+      return {
+        values: top.data,
+        ids: result.top_ids.data,
+        width: Number(top.dims[1]),
+        full: async () => (await rt.decoder.run(feeds, ["log_probs"])).log_probs.data,
+      };
     }
     step.calls = calls;
     return step;

@@ -28,7 +28,7 @@ function scriptedStep(prefixes, output) {
     data[row * VOCAB + 0] = -Infinity; // <pad> and <bos> are never generated
     data[row * VOCAB + CONFIG.bos_id] = -Infinity;
   });
-  return Promise.resolve(output === "log_probs" ? data : data); // already normalised up to the 1e-9 entries
+  return Promise.resolve(S.stepOutput(data, prefixes.length, VOCAB, output, 4)); // normalised up to the 1e-9 entries
 }
 
 test("greedy search runs to the length limit when <eos> never wins", async () => {
@@ -60,6 +60,32 @@ test("the candidates are the 2k best, best first, ties in flat-index order", () 
     candidates.map((c) => [c.score, c.beam, c.token]),
     [[-1, 0, 0], [-1, 0, 2], [-2, 0, 1], [-2, 1, 0]]
   );
+});
+
+test("the candidates from each row's best entries are topCandidates' when no tie reaches the cut", () => {
+  const logProbs = Float32Array.from([-1, -2, -1.5, -3, -4, -5, -2.5, -1.25]);
+  const beams = [{ ids: [], score: 0 }, { ids: [], score: -1 }];
+  const whole = S.topCandidates(beams, logProbs, [0, 1], 1, 4); // k = 1: the 2 best
+  const top = S.stepOutput(logProbs, 2, 4, "top_log_probs", 3);
+  assert.deepEqual(top.ids, Int32Array.from([0, 2, 1, 3, 2, 0]));
+  assert.deepEqual(S.topCandidatesFromBest(beams, top, [0, 1], 1, 4), whole);
+  assert.equal(S.topCandidatesFromBest(beams, top, [0, 1], 2, 4), null); // 4 candidates from 3 entries a row: no
+});
+
+test("a tie at the cut sends the search to the whole rows", () => {
+  // row 0: tokens 1 and 3 tie at -1; with 2 entries a row the last entry ties with the 2nd candidate, and a
+  // token left out might tie too (it does not here, but the entries cannot tell): the whole rows decide
+  const logProbs = Float32Array.from([-5, -1, -2, -1, -9, -9, -9, -9]);
+  const beams = [{ ids: [], score: 0 }, { ids: [], score: -Infinity }];
+  const whole = S.topCandidates(beams, logProbs, [0, 1], 1, 4);
+  assert.deepEqual(whole.map((c) => c.token), [1, 3]);
+  assert.equal(S.topCandidatesFromBest(beams, S.stepOutput(logProbs, 2, 4, "top_log_probs", 2), [0, 1], 1, 4), null);
+  // one entry more, below the cut: the entries decide, as the whole rows do
+  const three = S.stepOutput(logProbs, 2, 4, "top_log_probs", 3);
+  assert.deepEqual(S.topCandidatesFromBest(beams, three, [0, 1], 1, 4), whole);
+  // four equal scores and three entries a row: the token left out (3) ties with the candidates
+  const ties = Float32Array.from([-1, -1, -1, -1, -9, -9, -9, -9]);
+  assert.equal(S.topCandidatesFromBest(beams, S.stepOutput(ties, 2, 4, "top_log_probs", 3), [0, 1], 1, 4), null);
 });
 
 test("the options' limits come from model.json's decoding settings", () => {
