@@ -19,10 +19,11 @@ key/value cache as :class:`companion.decode.CachedStep` keeps one (``L`` decoder
     next step: beam search reorders its rows by parent hypothesis); ``self_attention`` ``[L, batch, H, 1,
     past_len + 1]`` and ``cross_attention`` ``[L, batch, H, 1, src_len]``, this position's attention rows; and
     what a search takes from the scores, so that a caller need not copy and scan the whole vocabulary at every
-    step: ``next_ids`` int64 ``[batch]`` (the most probable token of each row, the first of equal maxima: greedy
-    search's choice) and ``top_log_probs`` float32, ``top_ids`` int64 ``[batch, top_k]`` (each row's ``top_k``
-    largest log-probabilities, best first, the lower id first where two are equal: a beam of ``k <= top_k / 2``
-    hypotheses draws its ``2k`` candidates from these).
+    step: ``top_ids`` int64 ``[batch, top_k]`` (each row's ``top_k`` highest-scoring tokens, best first, the
+    lower id first among equal scores: ONNX ``TopK``'s order), ``top_log_probs`` float32 ``[batch, top_k]`` (their
+    log-probabilities, taken from ``log_probs``, so never increasing along a row) and ``next_ids`` int64
+    ``[batch]`` (``top_ids[:, 0]``: the most probable token, the first of equal maxima, greedy search's choice).
+    Beam search with ``k < top_k / 2`` beams can rank its ``2k`` candidates from these.
 
 The step graph is built from the layers' weights by :class:`DecoderStepGraph` (the same arithmetic as
 :class:`~companion.model.DecoderLayer` on one new position), not from the model's own cache objects, so the
@@ -85,12 +86,6 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """``[batch, seq, d_model]`` -> ``[batch, heads, seq, d_head]``."""
     b, n, d = x.shape
     return x.reshape(b, n, heads, d // heads).transpose(1, 2)
-
-
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """``[batch, heads, seq, d_head]`` -> ``[batch, seq, heads * d_head]``."""
-    b, h, n, d = x.shape
-    return x.transpose(1, 2).reshape(b, n, h * d)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
@@ -165,6 +160,11 @@ class DecoderStepGraph(nn.Module):
     token sits at position ``past`` (its positional encoding); it attends to every cached position and itself
     (causal by construction), and to the source positions that are not ``<pad>``. ``top_k`` (default
     ``min(TOP_K, tgt_vocab)``) is the width of ``top_log_probs`` and ``top_ids``.
+
+    One position per row, so the step keeps it as ``[batch, d_model]``: every projection is one plain matrix
+    product (the self-attention's three as one, with the stacked ``[W^Q; W^K; W^V]``), and splitting or merging
+    the heads of a single position is a reshape. Fewer, larger operations than the layers' own ``[batch, seq,
+    d_model]`` code with its transposes; a graph runtime pays a fixed price per operation.
     """
 
     def __init__(self, model: Transformer, bos_id: int = BOS_ID, top_k: int | None = None) -> None:
@@ -190,23 +190,28 @@ class DecoderStepGraph(nn.Module):
         past_values: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         model = self.model
+        rows, width = token_ids.shape[0], model.config.d_model
         heads = model.config.num_heads
+
+        def split(x: torch.Tensor) -> torch.Tensor:  # [rows, d_model] -> [rows, heads, 1, d_head] (one position)
+            return x.reshape(rows, heads, 1, width // heads)
+
         src_mask = (src_ids != model.config.pad_id)[:, None, None, :]
-        y = self._embed(token_ids, past_keys.shape[3])
+        y = self._embed(token_ids, past_keys.shape[3])[:, 0]  # [rows, d_model]: one position, kept 2-D
         present_k, present_v, self_maps, cross_maps = [], [], [], []
         for i, layer in enumerate(_decoder_layers(model)):
             attn = layer.self_attn
             x = layer.norm1(y) if layer.norm_first else y
-            q = _split_heads(attn.q_proj(x), heads)
-            k = torch.cat([past_keys[i], _split_heads(attn.k_proj(x), heads)], dim=2)
-            v = torch.cat([past_values[i], _split_heads(attn.v_proj(x), heads)], dim=2)
-            out, w_self = _attention(q, k, v, None)
-            out = attn.out_proj(_merge_heads(out))
+            q, k, v = attn._stack.apply(x).split(width, dim=-1)  # one product with [W^Q; W^K; W^V]
+            k = torch.cat([past_keys[i], split(k)], dim=2)
+            v = torch.cat([past_values[i], split(v)], dim=2)
+            out, w_self = _attention(split(q), k, v, None)
+            out = attn.out_proj(out.reshape(rows, width))  # [rows, heads, 1, d_head]: merging heads is a reshape
             y = y + out if layer.norm_first else layer.norm1(y + out)
             cross = layer.cross_attn
             x = layer.norm2(y) if layer.norm_first else y
-            out, w_cross = _attention(_split_heads(cross.q_proj(x), heads), cross_keys[i], cross_values[i], src_mask)
-            out = cross.out_proj(_merge_heads(out))
+            out, w_cross = _attention(split(cross.q_proj(x)), cross_keys[i], cross_values[i], src_mask)
+            out = cross.out_proj(out.reshape(rows, width))
             y = y + out if layer.norm_first else layer.norm2(y + out)
             y = y + layer.ffn(layer.norm3(y)) if layer.norm_first else layer.norm3(y + layer.ffn(y))
             present_k.append(k)
@@ -216,9 +221,9 @@ class DecoderStepGraph(nn.Module):
         if model.decoder.norm is not None:
             y = model.decoder.norm(y)
         weight = model.generator.weight
-        logits = F.linear(y[:, -1], weight, self.output_bias.to(weight.dtype)).float()
+        logits = F.linear(y, weight, self.output_bias.to(weight.dtype)).float()
         log_probs = F.log_softmax(logits, dim=-1)
-        top_log_probs, top_ids = log_probs.topk(self.top_k, dim=-1)
+        _, top_ids = logits.topk(self.top_k, dim=-1)
         return (
             logits,
             log_probs,
@@ -226,8 +231,8 @@ class DecoderStepGraph(nn.Module):
             torch.stack(present_v),
             torch.stack(self_maps),
             torch.stack(cross_maps),
-            logits.argmax(dim=-1),
-            top_log_probs,
+            top_ids[:, 0],
+            log_probs.gather(1, top_ids),
             top_ids,
         )
 
