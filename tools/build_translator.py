@@ -41,7 +41,9 @@ ORT_DIST = WEB / "node_modules" / "onnxruntime-web" / "dist"
 ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs")
 # The page loads them in this order (html_js_files in _config.yml): translator.js uses the other two scripts.
 PAGE_FILES = ("tokenizer.js", "search.js", "heatmap.js", "translator.js", "translator.css")
-# The widest beam the page offers (each step runs the decoder step graph on every beam).
+# The widest beam the page offers (each step runs the decoder step graph on every beam). Its 2k candidates per
+# step come from each row's best entries in the graph (companion.export.TOP_K of them: 2 * 8 < 32), so the page
+# never copies out whole rows but where a tie reaches the cut (tests/integration/test_web_search.py checks this).
 MAX_BEAM_SIZE = 8
 # The directions the page offers, in this order (the first is the default): (id, source, target language)
 DIRECTIONS = (("de-en", "de", "en"), ("en-de", "en", "de"))

@@ -160,3 +160,16 @@ def test_search_unit_tests_pass_under_node():
         timeout=120,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_the_pages_widest_beam_ranks_from_the_graphs_best_entries():
+    """The in-page translator's widest beam (tools/build_translator.py) takes its 2k candidates from the step
+    graph's best entries per row (search.js ranks the whole rows only when 2k reaches their number)."""
+    import sys
+
+    from companion.export import TOP_K
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import build_translator
+
+    assert 2 * build_translator.MAX_BEAM_SIZE < TOP_K

@@ -5,10 +5,10 @@
  *   step(prefixes, output, parents) -> Promise of the decoder graph's `output` for each prefix ([<bos>, ...] each):
  *                             "next_ids": [rows] token ids, each row's most probable next token (the first of
  *                             equal maxima), for greedy search; "top_log_probs": {values, ids, width, full} with
- *                             each row's `width` largest log-probabilities and their token ids ([rows * width],
- *                             best first, the lower id first among equal values: the graph's top_log_probs and
- *                             top_ids) and full() -> Promise of the whole rows [rows * vocab] (log_probs), for
- *                             beam search. parents[i] is the row of the previous call whose prefix prefixes[i]
+ *                             each row's `width` best tokens and their log-probabilities ([rows * width], best
+ *                             first, so the values never increase along a row: the graph's top_ids and
+ *                             top_log_probs) and full() -> Promise of the whole rows [rows * vocab] (log_probs),
+ *                             for beam search. parents[i] is the row of the previous call whose prefix prefixes[i]
  *                             extends by one token (null at the first call), so a step with a key/value cache
  *                             feeds only the last token of each prefix after reordering its cache rows by parent.
  *                             stepOutput(rows, rowCount, vocab, output, width) gives both from whole rows.
