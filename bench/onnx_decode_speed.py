@@ -58,6 +58,7 @@ from companion.decode import best_hypothesis, greedy_decode, max_output_lengths,
 from companion.export import (  # noqa: E402
     _export,
     _never_generated_mask,
+    _output_bias,
     export_onnx,
     load_onnx,
     onnx_beam_search,
@@ -95,15 +96,16 @@ class RecomputeGraph(nn.Module):
 
 class OutputLayerGraph(nn.Module):
     """What every step does after the decoder, whichever graph runs it: ``y [rows, d_model]`` -> ``(logits,
-    log_probs) [rows, tgt_vocab]`` (the output layer, ``<pad>``/``<bos>`` at -inf, the log-softmax)."""
+    log_probs) [rows, tgt_vocab]`` (the output layer with ``<pad>``/``<bos>`` at -inf, as the step graph computes
+    it, with the -inf in the bias; the log-softmax)."""
 
     def __init__(self, model: Transformer, bos_id: int = BOS_ID) -> None:
         super().__init__()
-        self.generator = model.generator
-        self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
+        self.weight = model.generator.weight
+        self.register_buffer("output_bias", _output_bias(model, bos_id), persistent=False)
 
     def forward(self, y: torch.Tensor):
-        logits = self.generator(y).float().masked_fill(self.never_generated, float("-inf"))
+        logits = F.linear(y, self.weight, self.output_bias.to(self.weight.dtype)).float()
         return logits, F.log_softmax(logits, dim=-1)
 
 
@@ -284,10 +286,8 @@ def per_call(
         "decoder": {
             "token_ids": np.full((rows, 1), 5, dtype=np.int64),
             "src_ids": src,
-            "cross_keys": floats(layers, rows, heads, src_len, d_head),
-            "cross_values": floats(layers, rows, heads, src_len, d_head),
-            "past_keys": floats(layers, rows, heads, prefix - 1, d_head),
-            "past_values": floats(layers, rows, heads, prefix - 1, d_head),
+            "cross_kv": floats(2, layers, rows, heads, src_len, d_head),
+            "past_kv": floats(2, layers, rows, heads, prefix - 1, d_head),
         },
         "recompute_maps": {
             "prefixes": np.full((rows, prefix), 5, dtype=np.int64),

@@ -7,23 +7,28 @@ key/value cache as :class:`companion.decode.CachedStep` keeps one (``L`` decoder
 ``encoder.onnx``
     ``src_ids`` int64 ``[batch, src_len]`` (token ids ending in ``<eos>``, right-padded with ``<pad>``) ->
     ``memory`` float32 ``[batch, src_len, d_model]``, ``encoder_attention`` ``[encoder_layers, batch, heads,
-    src_len, src_len]``, and the cross-attention keys and values of every decoder layer, ``cross_keys`` and
-    ``cross_values`` ``[L, batch, H, src_len, D]`` (they depend on the source alone: computed once per sentence).
+    src_len, src_len]``, and the cross-attention keys and values of every decoder layer, ``cross_kv`` ``[2, L,
+    batch, H, src_len, D]`` (keys, then values; they depend on the source alone: computed once per sentence).
 ``decoder.onnx``
     one decoding step: ``token_ids`` int64 ``[batch, 1]`` (the last token of each prefix, ``<bos>`` at the first
-    step), ``src_ids`` (for the padding mask), ``cross_keys``, ``cross_values`` and the self-attention cache
-    ``past_keys``, ``past_values`` ``[L, batch, H, past_len, D]`` (``past_len`` = tokens before this one; 0 at
-    the first step) -> ``logits`` float32 ``[batch, tgt_vocab]`` for the next token, with ``<pad>`` and ``<bos>``
-    at -inf as the searches of :mod:`companion.decode` set them; ``log_probs`` (their log-softmax, what beam
-    search adds up); ``present_keys``, ``present_values`` ``[L, batch, H, past_len + 1, D]`` (the cache for the
-    next step: beam search reorders its rows by parent hypothesis); ``self_attention`` ``[L, batch, H, 1,
-    past_len + 1]`` and ``cross_attention`` ``[L, batch, H, 1, src_len]``, this position's attention rows; and
-    what a search takes from the scores, so that a caller need not copy and scan the whole vocabulary at every
-    step: ``top_ids`` int64 ``[batch, top_k]`` (each row's ``top_k`` highest-scoring tokens, best first, the
-    lower id first among equal scores: ONNX ``TopK``'s order), ``top_log_probs`` float32 ``[batch, top_k]`` (their
+    step), ``src_ids`` (for the padding mask), ``cross_kv`` and the self-attention cache ``past_kv`` ``[2, L,
+    batch, H, past_len, D]`` (keys, then values, of the ``past_len`` tokens before this one; 0 at the first step)
+    -> ``logits`` float32 ``[batch, tgt_vocab]`` for the next token, with ``<pad>`` and ``<bos>`` at -inf as the
+    searches of :mod:`companion.decode` set them; ``log_probs`` (their log-softmax, what beam search adds up);
+    ``new_kv`` ``[2, L, batch, H, 1, D]``, this position's keys and values (the next step's ``past_kv`` is
+    ``past_kv`` with them appended along the positions; beam search first reorders its rows by parent
+    hypothesis); ``attention`` ``[L, batch, H, 1, past_len + 1 + src_len]``, this position's attention rows (its
+    self-attention over the earlier positions and itself, then its cross-attention over the source); and what a
+    search takes from the scores, so that a caller need not copy and scan the whole vocabulary at every step:
+    ``top_ids`` int64 ``[batch, top_k]`` (each row's ``top_k`` highest-scoring tokens, best first, the lower id
+    first among equal scores: ONNX ``TopK``'s order), ``top_log_probs`` float32 ``[batch, top_k]`` (their
     log-probabilities, taken from ``log_probs``, so never increasing along a row) and ``next_ids`` int64
     ``[batch]`` (``top_ids[:, 0]``: the most probable token, the first of equal maxima, greedy search's choice).
     Beam search with ``k < top_k / 2`` beams can rank its ``2k`` candidates from these.
+
+A graph runtime pays a fixed price for every input and output of a call, besides copying it (in a browser, more
+than for a small operation), so the keys and values travel as one tensor each way, and the cache grows on the
+caller's side by the one new position.
 
 The step graph is built from the layers' weights by :class:`DecoderStepGraph` (the same arithmetic as
 :class:`~companion.model.DecoderLayer` on one new position), not from the model's own cache objects, so the
@@ -66,19 +71,9 @@ __all__ = [
 ]
 
 ONNX_OPSET = 18
-ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_keys", "cross_values"]
-DECODER_INPUTS = ["token_ids", "src_ids", "cross_keys", "cross_values", "past_keys", "past_values"]
-DECODER_OUTPUTS = [
-    "logits",
-    "log_probs",
-    "present_keys",
-    "present_values",
-    "self_attention",
-    "cross_attention",
-    "next_ids",
-    "top_log_probs",
-    "top_ids",
-]
+ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_kv"]
+DECODER_INPUTS = ["token_ids", "src_ids", "cross_kv", "past_kv"]
+DECODER_OUTPUTS = ["logits", "log_probs", "new_kv", "attention", "next_ids", "top_log_probs", "top_ids"]
 TOP_K = 32  # the default width of top_log_probs/top_ids: beam search of up to 15 beams ranks its candidates from them
 
 
@@ -88,12 +83,12 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x.reshape(b, n, heads, d // heads).transpose(1, 2)
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None):
-    """softmax(q k^T / sqrt(d)) v over heads ``[batch, heads, seq, d_head]``; ``mask [batch, 1, 1, n]`` (True =
-    may attend). Returns ``(heads_out, weights [batch, heads, m, n])``."""
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor | None):
+    """softmax(q k^T / sqrt(d)) v over heads ``[batch, heads, seq, d_head]``; ``blocked [batch, 1, 1, n]`` (True =
+    may not attend: ``<pad>``). Returns ``(heads_out, weights [batch, heads, m, n])``."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 
@@ -127,7 +122,7 @@ def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
 
 class EncoderGraph(nn.Module):
     """``src_ids [batch, src_len]`` -> ``(memory [batch, src_len, d_model], encoder_attention [layers, batch,
-    heads, src_len, src_len], cross_keys, cross_values [decoder_layers, batch, heads, src_len, d_head])``:
+    heads, src_len, src_len], cross_kv [2, decoder_layers, batch, heads, src_len, d_head])``:
     :meth:`~companion.model.Transformer.encode` with every layer's weights stacked, and each decoder layer's
     cross-attention key and value projections of the memory.
 
@@ -140,23 +135,22 @@ class EncoderGraph(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, src_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         memory, _, maps = self.model.encode_unchecked(src_ids, need_weights=True)
         heads = self.model.config.num_heads
         keys, values = [], []
         for layer in _decoder_layers(self.model):
             keys.append(_split_heads(layer.cross_attn.k_proj(memory), heads))
             values.append(_split_heads(layer.cross_attn.v_proj(memory), heads))
-        return memory, torch.stack(maps), torch.stack(keys), torch.stack(values)
+        return memory, torch.stack(maps), torch.stack([torch.stack(keys), torch.stack(values)])
 
 
 class DecoderStepGraph(nn.Module):
     """One decoding step with a key/value cache, from the decoder layers' weights (see the module docstring).
 
-    ``forward(token_ids [batch, 1], src_ids [batch, n], cross_keys, cross_values [L, batch, H, n, D],
-    past_keys, past_values [L, batch, H, past, D])`` -> ``(logits [batch, tgt_vocab], log_probs,
-    present_keys, present_values [L, batch, H, past + 1, D], self_attention [L, batch, H, 1, past + 1],
-    cross_attention [L, batch, H, 1, n], next_ids [batch], top_log_probs, top_ids [batch, top_k])``. The new
+    ``forward(token_ids [batch, 1], src_ids [batch, n], cross_kv [2, L, batch, H, n, D], past_kv [2, L, batch,
+    H, past, D])`` -> ``(logits [batch, tgt_vocab], log_probs, new_kv [2, L, batch, H, 1, D], attention [L,
+    batch, H, 1, past + 1 + n], next_ids [batch], top_log_probs, top_ids [batch, top_k])``. The new
     token sits at position ``past`` (its positional encoding); it attends to every cached position and itself
     (causal by construction), and to the source positions that are not ``<pad>``. ``top_k`` (default
     ``min(TOP_K, tgt_vocab)``) is the width of ``top_log_probs`` and ``top_ids``.
@@ -175,19 +169,18 @@ class DecoderStepGraph(nn.Module):
         self.register_buffer("output_bias", _output_bias(model, bos_id).to(device), persistent=False)
 
     def _embed(self, token_ids: torch.Tensor, position: int | torch.SymInt) -> torch.Tensor:
+        """``token_ids [rows, 1]`` at ``position`` -> ``[rows, d_model]`` (embedding and positional encoding)."""
         model = self.model
         table = model.tgt_pos.table()  # [max_len, d_model] (sinusoidal buffer or learned weight)
-        y = model.tgt_embed(token_ids) * math.sqrt(model.config.d_model)
-        return y + torch.narrow(table, 0, position, 1).to(y.dtype)[None]
+        y = model.tgt_embed(token_ids[:, 0]) * math.sqrt(model.config.d_model)
+        return y + table[position].to(y.dtype)
 
     def forward(
         self,
         token_ids: torch.Tensor,
         src_ids: torch.Tensor,
-        cross_keys: torch.Tensor,
-        cross_values: torch.Tensor,
-        past_keys: torch.Tensor,
-        past_values: torch.Tensor,
+        cross_kv: torch.Tensor,
+        past_kv: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         model = self.model
         rows, width = token_ids.shape[0], model.config.d_model
@@ -196,28 +189,27 @@ class DecoderStepGraph(nn.Module):
         def split(x: torch.Tensor) -> torch.Tensor:  # [rows, d_model] -> [rows, heads, 1, d_head] (one position)
             return x.reshape(rows, heads, 1, width // heads)
 
-        src_mask = (src_ids != model.config.pad_id)[:, None, None, :]
-        y = self._embed(token_ids, past_keys.shape[3])[:, 0]  # [rows, d_model]: one position, kept 2-D
-        present_k, present_v, self_maps, cross_maps = [], [], [], []
+        blocked = (src_ids == model.config.pad_id)[:, None, None, :]  # the source's <pad> positions
+        y = self._embed(token_ids, past_kv.shape[4])  # [rows, d_model]: one position, kept 2-D
+        new_k, new_v, maps = [], [], []
         for i, layer in enumerate(_decoder_layers(model)):
             attn = layer.self_attn
             x = layer.norm1(y) if layer.norm_first else y
             q, k, v = attn._stack.apply(x).split(width, dim=-1)  # one product with [W^Q; W^K; W^V]
-            k = torch.cat([past_keys[i], split(k)], dim=2)
-            v = torch.cat([past_values[i], split(v)], dim=2)
+            new_k.append(split(k))
+            new_v.append(split(v))
+            k = torch.cat([past_kv[0, i], new_k[-1]], dim=2)
+            v = torch.cat([past_kv[1, i], new_v[-1]], dim=2)
             out, w_self = _attention(split(q), k, v, None)
             out = attn.out_proj(out.reshape(rows, width))  # [rows, heads, 1, d_head]: merging heads is a reshape
             y = y + out if layer.norm_first else layer.norm1(y + out)
             cross = layer.cross_attn
             x = layer.norm2(y) if layer.norm_first else y
-            out, w_cross = _attention(split(cross.q_proj(x)), cross_keys[i], cross_values[i], src_mask)
+            out, w_cross = _attention(split(cross.q_proj(x)), cross_kv[0, i], cross_kv[1, i], blocked)
             out = cross.out_proj(out.reshape(rows, width))
             y = y + out if layer.norm_first else layer.norm2(y + out)
             y = y + layer.ffn(layer.norm3(y)) if layer.norm_first else layer.norm3(y + layer.ffn(y))
-            present_k.append(k)
-            present_v.append(v)
-            self_maps.append(w_self)
-            cross_maps.append(w_cross)
+            maps.append(torch.cat([w_self, w_cross], dim=-1))
         if model.decoder.norm is not None:
             y = model.decoder.norm(y)
         weight = model.generator.weight
@@ -227,10 +219,8 @@ class DecoderStepGraph(nn.Module):
         return (
             logits,
             log_probs,
-            torch.stack(present_k),
-            torch.stack(present_v),
-            torch.stack(self_maps),
-            torch.stack(cross_maps),
+            torch.stack(new_k + new_v).reshape(2, len(new_k), *new_k[0].shape),  # [2, L, rows, H, 1, D]
+            torch.stack(maps),
             top_ids[:, 0],
             log_probs.gather(1, top_ids),
             top_ids,
@@ -264,12 +254,12 @@ def export_onnx(
     batch, src_len = torch.export.Dim("batch"), torch.export.Dim("src_len", max=model.config.max_len)
     past_len = torch.export.Dim("past_len", max=model.config.max_len - 1)
     with eval_mode(model), torch.no_grad():
-        _, _, cross_keys, cross_values = EncoderGraph(model)(src)
-        layers, _, heads, _, d_head = cross_keys.shape
-        past = torch.randn(layers, 2, heads, 3, d_head, device=device)  # any cache of 3 earlier positions
+        _, _, cross_kv = EncoderGraph(model)(src)
+        _, layers, _, heads, _, d_head = cross_kv.shape
+        past = torch.randn(2, layers, 2, heads, 3, d_head, device=device)  # any cache of 3 earlier positions
         static = torch.export.Dim.STATIC
-        kv = {0: static, 1: batch, 2: static, 3: src_len, 4: static}
-        cache = {0: static, 1: batch, 2: static, 3: past_len, 4: static}
+        kv = {0: static, 1: static, 2: batch, 3: static, 4: src_len, 5: static}
+        cache = {0: static, 1: static, 2: batch, 3: static, 4: past_len, 5: static}
         paths = {
             "encoder": _export(
                 EncoderGraph(model),
@@ -281,17 +271,15 @@ def export_onnx(
             ),
             "decoder": _export(
                 DecoderStepGraph(model, bos_id, top_k),
-                (tokens, src, cross_keys, cross_values, past, past.clone()),
+                (tokens, src, cross_kv, past),
                 out / "decoder.onnx",
                 DECODER_INPUTS,
                 DECODER_OUTPUTS,
                 {
                     "token_ids": {0: batch, 1: static},
                     "src_ids": {0: batch, 1: src_len},
-                    "cross_keys": kv,
-                    "cross_values": kv,
-                    "past_keys": cache,
-                    "past_values": cache,
+                    "cross_kv": kv,
+                    "past_kv": cache,
                 },
             ),
         }
@@ -351,58 +339,53 @@ def load_onnx(directory: str | os.PathLike, *, threads: int = 1) -> dict[str, An
 class OnnxStep:
     """A step function (:class:`companion.decode.DecoderStep`) over the exported graphs with their key/value
     cache: each call feeds only the last token of every prefix ``[rows, t]`` and the cache of the ``t - 1``
-    tokens before it; ``select`` reorders the cache rows (and, unless ``same_sources``, each row's source,
-    cross-attention keys and values) as the search keeps, drops or repeats rows.
+    tokens before it, then appends the graph's ``new_kv`` to the cache; ``select`` reorders the cache rows (and,
+    unless ``same_sources``, each row's source and cross-attention keys and values) as the search keeps, drops or
+    repeats rows.
 
-    ``encoded`` is the encoder graph's outputs for ``src [rows, n]`` (``memory, encoder_attention, cross_keys,
-    cross_values``). After each call, ``self_attention`` and ``cross_attention`` hold that step's attention rows.
+    ``cross_kv`` is the encoder graph's ``[2, L, rows, H, n, D]`` for ``src [rows, n]``. After each call,
+    ``self_attention [L, rows, H, 1, t]`` and ``cross_attention [L, rows, H, 1, n]`` hold that step's attention
+    rows.
     """
 
-    def __init__(self, decoder: Any, src: np.ndarray, cross_keys: np.ndarray, cross_values: np.ndarray) -> None:
-        self.decoder, self.src = decoder, src
-        self.cross_keys, self.cross_values = cross_keys, cross_values
-        layers, rows, heads, _, d_head = cross_keys.shape
-        self.past_keys = np.zeros((layers, rows, heads, 0, d_head), dtype=np.float32)
-        self.past_values = self.past_keys.copy()
+    def __init__(self, decoder: Any, src: np.ndarray, cross_kv: np.ndarray) -> None:
+        self.decoder, self.src, self.cross_kv = decoder, src, cross_kv
+        two, layers, rows, heads, _, d_head = cross_kv.shape
+        self.past_kv = np.zeros((two, layers, rows, heads, 0, d_head), dtype=np.float32)
         self.self_attention: np.ndarray | None = None
         self.cross_attention: np.ndarray | None = None
 
     def __call__(self, prefixes: torch.Tensor) -> torch.Tensor:
-        if prefixes.shape[1] != self.past_keys.shape[3] + 1:
+        past = self.past_kv.shape[4]
+        if prefixes.shape[1] != past + 1:
             raise ValueError(
-                f"prefixes must be one token longer than the cache ({self.past_keys.shape[3]} positions), "
-                f"got length {prefixes.shape[1]}"
+                f"prefixes must be one token longer than the cache ({past} positions), got length {prefixes.shape[1]}"
             )
         feeds = {
             "token_ids": prefixes[:, -1:].numpy(),
             "src_ids": self.src,
-            "cross_keys": self.cross_keys,
-            "cross_values": self.cross_values,
-            "past_keys": self.past_keys,
-            "past_values": self.past_values,
+            "cross_kv": self.cross_kv,
+            "past_kv": self.past_kv,
         }
-        names = ["logits", "present_keys", "present_values", "self_attention", "cross_attention"]
-        logits, self.past_keys, self.past_values, self.self_attention, self.cross_attention = self.decoder.run(
-            names, feeds
-        )
+        logits, new_kv, attention = self.decoder.run(["logits", "new_kv", "attention"], feeds)
+        self.past_kv = np.concatenate([self.past_kv, new_kv], axis=4)
+        self.self_attention, self.cross_attention = attention[..., : past + 1], attention[..., past + 1 :]
         return torch.from_numpy(logits)  # <pad>, <bos> at -inf in the graph
 
     def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
         index = rows.numpy()
-        self.past_keys, self.past_values = self.past_keys[:, index], self.past_values[:, index]
+        self.past_kv = self.past_kv[:, :, index]
         if not same_sources:
-            self.src = self.src[index]
-            self.cross_keys, self.cross_values = self.cross_keys[:, index], self.cross_values[:, index]
+            self.src, self.cross_kv = self.src[index], self.cross_kv[:, :, index]
 
 
 def _encoded_step(sessions: dict[str, Any], sources: Sequence[Sequence[int]], repeat: int = 1):
     """Pad ``sources``, run the encoder graph, and return ``(src, OnnxStep)`` with each row repeated ``repeat``
     times (beam search's rows ``sentence * k + beam``)."""
     src = pad_sequences([list(ids) for ids in sources], PAD_ID)
-    _, _, cross_keys, cross_values = sessions["encoder"].run(ENCODER_OUTPUTS, {"src_ids": src.numpy()})
+    (cross_kv,) = sessions["encoder"].run(["cross_kv"], {"src_ids": src.numpy()})
     rows = np.repeat(np.arange(len(sources)), repeat)
-    step = OnnxStep(sessions["decoder"], src.numpy()[rows], cross_keys[:, rows], cross_values[:, rows])
-    return src, step
+    return src, OnnxStep(sessions["decoder"], src.numpy()[rows], cross_kv[:, :, rows])
 
 
 def onnx_greedy_decode(

@@ -108,9 +108,9 @@ def test_outputs_match_pytorch_within_tolerance(sessions, pretrained, test_sourc
         width = min(len(ids) for ids in outputs) + 1  # [<bos>, output...] cut to one length per batch
         tgt = torch.tensor([[BOS_ID, *ids][:width] for ids in outputs])
         src = pad_sequences(sources, 0)
-        memory, encoder_attention, cross_keys, cross_values = run_encoder(sessions, src.numpy())
-        layers, rows, heads, _, d_head = cross_keys.shape
-        past_k = past_v = np.zeros((layers, rows, heads, 0, d_head), dtype=np.float32)
+        memory, encoder_attention, cross_kv = run_encoder(sessions, src.numpy())
+        _, layers, rows, heads, _, d_head = cross_kv.shape
+        past_kv = np.zeros((2, layers, rows, heads, 0, d_head), dtype=np.float32)
         with torch.no_grad():
             expected_memory, src_mask = model.encode(src)
             maps = model.attention_maps(src, tgt)
@@ -120,22 +120,17 @@ def test_outputs_match_pytorch_within_tolerance(sessions, pretrained, test_sourc
         expected_self, expected_cross = torch.stack(maps["decoder_self"]), torch.stack(maps["cross"])
         pairs = [(memory, expected_memory), (encoder_attention, torch.stack(maps["encoder"]))]
         for t in range(width):
-            feeds = {
-                "token_ids": tgt[:, t : t + 1].numpy(),
-                "src_ids": src.numpy(),
-                "cross_keys": cross_keys,
-                "cross_values": cross_values,
-                "past_keys": past_k,
-                "past_values": past_v,
-            }
+            feeds = {"token_ids": tgt[:, t : t + 1].numpy(), "src_ids": src.numpy(), "cross_kv": cross_kv,
+                     "past_kv": past_kv}  # fmt: skip
             outputs = dict(zip(DECODER_OUTPUTS, sessions["decoder"].run(DECODER_OUTPUTS, feeds)))
             logits, log_probs = outputs["logits"], outputs["log_probs"]
-            past_k, past_v = outputs["present_keys"], outputs["present_values"]
-            self_attention, cross_attention = outputs["self_attention"], outputs["cross_attention"]
+            assert outputs["new_kv"].shape == (2, layers, rows, heads, 1, d_head)
+            past_kv = np.concatenate([past_kv, outputs["new_kv"]], axis=4)  # the cache grows by this position
             check_search_outputs(outputs)
-            assert past_k.shape == (layers, rows, heads, t + 1, d_head)
-            pairs.append((self_attention, expected_self[:, :, :, t : t + 1, : t + 1]))
-            pairs.append((cross_attention, expected_cross[:, :, :, t : t + 1]))
+            attention = outputs["attention"]  # [L, rows, H, 1, (t + 1) + n]: self-attention, then cross-attention
+            assert attention.shape[-1] == t + 1 + src.shape[1]
+            pairs.append((attention[..., : t + 1], expected_self[:, :, :, t : t + 1, : t + 1]))
+            pairs.append((attention[..., t + 1 :], expected_cross[:, :, :, t : t + 1]))
             finite = torch.isfinite(expected_logits[:, t]).numpy()
             assert np.array_equal(np.isfinite(logits), finite) and np.array_equal(np.isfinite(log_probs), finite)
             worst = max(worst, float(np.abs(logits[finite] - expected_logits[:, t].numpy()[finite]).max()))
@@ -210,11 +205,10 @@ def test_untied_output_layer_and_a_small_vocabulary(tiny_model, tmp_path):
     sessions = load_onnx(export_onnx(model, tmp_path)["decoder"].parent)
     src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, 0, 0]])
     tokens = torch.tensor([[BOS_ID], [BOS_ID]])
-    _, _, cross_keys, cross_values = run_encoder(sessions, src.numpy())
-    layers, rows, heads, _, d_head = cross_keys.shape
-    empty = np.zeros((layers, rows, heads, 0, d_head), dtype=np.float32)
-    feeds = {"token_ids": tokens.numpy(), "src_ids": src.numpy(), "cross_keys": cross_keys,
-             "cross_values": cross_values, "past_keys": empty, "past_values": empty}  # fmt: skip
+    _, _, cross_kv = run_encoder(sessions, src.numpy())
+    _, layers, rows, heads, _, d_head = cross_kv.shape
+    empty = np.zeros((2, layers, rows, heads, 0, d_head), dtype=np.float32)
+    feeds = {"token_ids": tokens.numpy(), "src_ids": src.numpy(), "cross_kv": cross_kv, "past_kv": empty}
     outputs = dict(zip(DECODER_OUTPUTS, sessions["decoder"].run(DECODER_OUTPUTS, feeds)))
     with torch.no_grad():
         memory, src_mask = model.encode(src)

@@ -36,19 +36,9 @@
   const CARD_SELECTOR = ".translator-model-card";
   const SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<eos>"];
   // The graphs' interface (companion.export: ENCODER_OUTPUTS, DECODER_INPUTS, DECODER_OUTPUTS)
-  const ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_keys", "cross_values"];
-  const DECODER_INPUTS = ["token_ids", "src_ids", "cross_keys", "cross_values", "past_keys", "past_values"];
-  const DECODER_OUTPUTS = [
-    "logits",
-    "log_probs",
-    "present_keys",
-    "present_values",
-    "self_attention",
-    "cross_attention",
-    "next_ids",
-    "top_log_probs",
-    "top_ids",
-  ];
+  const ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_kv"];
+  const DECODER_INPUTS = ["token_ids", "src_ids", "cross_kv", "past_kv"];
+  const DECODER_OUTPUTS = ["logits", "log_probs", "new_kv", "attention", "next_ids", "top_log_probs", "top_ids"];
   // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0); translate() accepts alpha up to model.json's
   // decoding.max_alpha (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
   const ALPHA_SLIDER_MAX = 1.5;
@@ -243,35 +233,59 @@
     const out = await rt.encoder.run({ src_ids: int64Tensor(rt.ort, [src], src.length) });
     return {
       encoderAttention: out.encoder_attention,
-      crossKeys: out.cross_keys,
-      crossValues: out.cross_values,
+      crossKV: out.cross_kv,
     };
   }
 
-  /** Rows of a [layers, batch, ...rest] tensor picked along the batch axis: row i of the result is row index[i]. */
+  /** Rows of a [2, layers, batch, ...rest] tensor (keys and values) picked along the batch axis: row i of the
+   * result is row index[i]. */
   function gatherRows(ort, tensor, index) {
     const dims = tensor.dims.map(Number);
-    const [layers, batch] = dims;
-    const block = dims.slice(2).reduce((a, b) => a * b, 1);
-    const data = new Float32Array(layers * index.length * block);
-    for (let l = 0; l < layers; l++) {
+    const outer = dims[0] * dims[1];
+    const batch = dims[2];
+    const block = dims.slice(3).reduce((a, b) => a * b, 1);
+    const data = new Float32Array(outer * index.length * block);
+    for (let o = 0; o < outer; o++) {
       index.forEach((row, i) => {
-        const from = (l * batch + row) * block;
-        data.set(tensor.data.subarray(from, from + block), (l * index.length + i) * block);
+        const from = (o * batch + row) * block;
+        data.set(tensor.data.subarray(from, from + block), (o * index.length + i) * block);
       });
     }
-    return new ort.Tensor("float32", data, [layers, index.length].concat(dims.slice(2)));
+    return new ort.Tensor("float32", data, [dims[0], dims[1], index.length].concat(dims.slice(3)));
   }
 
   /**
-   * A decoder step function over one source (search.js's step(prefixes, output, parents)): the cache of the
-   * previous call's rows is reordered by `parents`, and only the last token of each prefix is fed. `output` is
-   * "next_ids" (greedy search) or "top_log_probs" (beam search: each row's best log-probabilities and their ids,
-   * with full() running the same feeds again for the whole rows, log_probs, when the best entries cannot decide:
-   * the graph has no state, so a second run gives the same numbers; tools/build_translator.py checks that the
-   * page's widest beam ranks its candidates from the best entries). Copying out a few entries per row instead
-   * of the whole vocabulary, and not scanning it in JavaScript, is most of what a step costs besides the graph.
-   * Each call's attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
+   * The self-attention cache of the next call, [2, layers, rows, heads, t + 1, d_head]: row i holds the positions
+   * of the previous call's row parents[i], its past [.., t, ..] and the position that call added (new_kv
+   * [.., 1, ..]). One copy, whatever the reordering.
+   */
+  function nextPast(ort, past, added, parents) {
+    const [two, layers, before, heads, t, dHead] = past.dims.map(Number);
+    const rows = parents.length;
+    const data = new Float32Array(two * layers * rows * heads * (t + 1) * dHead);
+    let at = 0;
+    for (let o = 0; o < two * layers; o++) {
+      for (const parent of parents) {
+        for (let h = 0; h < heads; h++) {
+          const block = (o * before + parent) * heads + h;
+          data.set(past.data.subarray(block * t * dHead, (block + 1) * t * dHead), at);
+          data.set(added.data.subarray(block * dHead, (block + 1) * dHead), at + t * dHead);
+          at += (t + 1) * dHead;
+        }
+      }
+    }
+    return new ort.Tensor("float32", data, [two, layers, rows, heads, t + 1, dHead]);
+  }
+
+  /**
+   * A decoder step function over one source (search.js's step(prefixes, output, parents)): the cache grows by
+   * the position each call adds, its rows following `parents`, and only the last token of each prefix is fed.
+   * `output` is "next_ids" (greedy search) or "top_log_probs" (beam search: each row's best log-probabilities and
+   * their ids, with full() running the same feeds again for the whole rows, log_probs, when the best entries
+   * cannot decide: the graph has no state, so a second run gives the same numbers; tools/build_translator.py
+   * checks that the page's widest beam ranks its candidates from the best entries). Copying out a few entries per
+   * row instead of the whole vocabulary, and not scanning it in JavaScript, is most of what a step costs besides
+   * the graph. Each call's attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
    */
   function decoderStep(rt, src, encoded) {
     const n = src.length;
@@ -279,43 +293,35 @@
     function tiled(rows) {
       if (!tiles.has(rows)) {
         const same = Array.from({ length: rows }, () => 0);
-        tiles.set(rows, {
-          src: int64Tensor(rt.ort, same.map(() => src), n),
-          keys: gatherRows(rt.ort, encoded.crossKeys, same),
-          values: gatherRows(rt.ort, encoded.crossValues, same),
-        });
+        tiles.set(rows, { src: int64Tensor(rt.ort, same.map(() => src), n), kv: gatherRows(rt.ort, encoded.crossKV, same) });
       }
       return tiles.get(rows);
     }
-    let present = null; // {keys, values} of the previous call: [layers, rows, heads, positions, d_head]
+    let past = null; // the previous call's past_kv and new_kv, its rows in that call's order
+    let added = null;
     const calls = [];
-    const kept = ["present_keys", "present_values", "self_attention", "cross_attention"];
+    const kept = ["new_kv", "attention"];
     async function step(prefixes, output, parents) {
       const rows = prefixes.length;
       const t = tiled(rows);
-      let past;
+      let pastKV;
       if (parents === null || parents === undefined) {
-        const [layers, , heads, , dHead] = encoded.crossKeys.dims.map(Number);
-        const empty = () => new rt.ort.Tensor("float32", new Float32Array(0), [layers, rows, heads, 0, dHead]);
-        past = { keys: empty(), values: empty() };
+        const [two, layers, , heads, , dHead] = encoded.crossKV.dims.map(Number);
+        pastKV = new rt.ort.Tensor("float32", new Float32Array(0), [two, layers, rows, heads, 0, dHead]);
       } else {
-        const identity = parents.length === present.keys.dims[1] && parents.every((p, i) => p === i);
-        past = identity
-          ? present
-          : { keys: gatherRows(rt.ort, present.keys, parents), values: gatherRows(rt.ort, present.values, parents) };
+        pastKV = nextPast(rt.ort, past, added, parents);
       }
       const feeds = {
         token_ids: int64Tensor(rt.ort, prefixes.map((prefix) => [prefix[prefix.length - 1]]), 1),
         src_ids: t.src,
-        cross_keys: t.keys,
-        cross_values: t.values,
-        past_keys: past.keys,
-        past_values: past.values,
+        cross_kv: t.kv,
+        past_kv: pastKV,
       };
       const fetched = output === "next_ids" ? ["next_ids"] : ["top_log_probs", "top_ids"];
       const result = await rt.decoder.run(feeds, fetched.concat(kept));
-      present = { keys: result.present_keys, values: result.present_values };
-      calls.push({ self: result.self_attention, cross: result.cross_attention });
+      past = pastKV;
+      added = result.new_kv;
+      calls.push({ attention: result.attention, positions: Number(pastKV.dims[4]) + 1 });
       if (output === "next_ids") return result.next_ids.data;
       const top = result.top_log_probs;
       return {
@@ -336,20 +342,21 @@
    */
   function attentionMaps(calls, trail, n) {
     const T = trail.length;
-    const first = calls[0].cross.dims.map(Number);
+    const first = calls[0].attention.dims.map(Number); // [layers, batch, heads, 1, positions + n]
     const layers = first[0];
     const heads = first[2];
     const cross = new Float32Array(layers * heads * T * n);
     const self = new Float32Array(layers * heads * T * T);
     trail.forEach(([call, row], j) => {
       const c = calls[call];
-      const batch = Number(c.cross.dims[1]);
-      const keys = Number(c.self.dims[4]); // j + 1: the positions before and this one
+      const batch = Number(c.attention.dims[1]);
+      const keys = c.positions; // j + 1: the positions before and this one
+      const width = keys + n; // a row: self-attention over those positions, then cross-attention over the source
       for (let l = 0; l < layers; l++) {
         for (let hd = 0; hd < heads; hd++) {
-          const at = (l * batch + row) * heads + hd;
-          cross.set(c.cross.data.subarray(at * n, (at + 1) * n), ((l * heads + hd) * T + j) * n);
-          self.set(c.self.data.subarray(at * keys, (at + 1) * keys), ((l * heads + hd) * T + j) * T);
+          const at = ((l * batch + row) * heads + hd) * width;
+          self.set(c.attention.data.subarray(at, at + keys), ((l * heads + hd) * T + j) * T);
+          cross.set(c.attention.data.subarray(at + keys, at + width), ((l * heads + hd) * T + j) * n);
         }
       }
     });
