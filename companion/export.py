@@ -74,7 +74,7 @@ ONNX_OPSET = 18
 ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_kv"]
 DECODER_INPUTS = ["token_ids", "src_ids", "cross_kv", "past_kv"]
 DECODER_OUTPUTS = ["logits", "log_probs", "new_kv", "attention", "next_ids", "top_log_probs", "top_ids"]
-TOP_K = 32  # the default width of top_log_probs/top_ids: beam search of up to 15 beams ranks its candidates from them
+TOP_K = 17  # the default width of top_log_probs/top_ids: 2k + 1 for beams of up to 8 (2k candidates, and one more)
 
 
 def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -84,13 +84,23 @@ def _split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, blocked: torch.Tensor | None):
-    """softmax(q k^T / sqrt(d)) v over heads ``[batch, heads, seq, d_head]``; ``blocked [batch, 1, 1, n]`` (True =
-    may not attend: ``<pad>``). Returns ``(heads_out, weights [batch, heads, m, n])``."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    """softmax(q k^T) v over heads ``[batch, heads, seq, d_head]``, with ``q`` already scaled by ``1 / sqrt(d_head)``
+    (:func:`_scaled_query`); ``blocked [batch, 1, 1, n]`` (True = may not attend: ``<pad>``). Returns ``(heads_out,
+    weights [batch, heads, m, n])``."""
+    scores = q @ k.transpose(-2, -1)
     if blocked is not None:
         scores = scores.masked_fill(blocked, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
+
+
+def _scaled_query(weight: torch.Tensor, bias: torch.Tensor | None, width: int, heads: int):
+    """``(weight, bias)`` of a projection whose first ``width`` outputs are the queries, those rows multiplied by
+    ``1 / sqrt(d_head)``: the scaling of the scores done once, on the constant weights, instead of dividing the
+    scores at every step (a graph runtime folds the product into one constant)."""
+    scale = torch.ones(weight.shape[0], dtype=weight.dtype, device=weight.device)
+    scale[:width] = 1 / math.sqrt(width // heads)
+    return weight * scale[:, None], None if bias is None else bias * scale
 
 
 def _never_generated_mask(model: Transformer, bos_id: int = BOS_ID) -> torch.Tensor:
@@ -195,7 +205,8 @@ class DecoderStepGraph(nn.Module):
         for i, layer in enumerate(_decoder_layers(model)):
             attn = layer.self_attn
             x = layer.norm1(y) if layer.norm_first else y
-            q, k, v = attn._stack.apply(x).split(width, dim=-1)  # one product with [W^Q; W^K; W^V]
+            qkv = F.linear(x, *_scaled_query(*attn._stack.stacked(), width, heads))  # [W^Q / sqrt(D); W^K; W^V]
+            q, k, v = qkv.split(width, dim=-1)
             new_k.append(split(k))
             new_v.append(split(v))
             k = torch.cat([past_kv[0, i], new_k[-1]], dim=2)
@@ -205,7 +216,8 @@ class DecoderStepGraph(nn.Module):
             y = y + out if layer.norm_first else layer.norm1(y + out)
             cross = layer.cross_attn
             x = layer.norm2(y) if layer.norm_first else y
-            out, w_cross = _attention(split(cross.q_proj(x)), cross_kv[0, i], cross_kv[1, i], blocked)
+            q = F.linear(x, *_scaled_query(cross.q_proj.weight, cross.q_proj.bias, width, heads))
+            out, w_cross = _attention(split(q), cross_kv[0, i], cross_kv[1, i], blocked)
             out = cross.out_proj(out.reshape(rows, width))
             y = y + out if layer.norm_first else layer.norm2(y + out)
             y = y + layer.ffn(layer.norm3(y)) if layer.norm_first else layer.norm3(y + layer.ffn(y))
@@ -233,7 +245,8 @@ def export_onnx(
     """Write ``encoder.onnx`` and ``decoder.onnx`` for ``model`` into ``directory`` (see the module docstring).
     ``top_k`` is the width of the step graph's ``top_log_probs``/``top_ids`` (``min(TOP_K, vocabulary)`` when not
     given; at most the target vocabulary): beam search of fewer than ``top_k / 2`` beams can rank its candidates
-    from them (the in-page translator does).
+    from them (the in-page translator does; one entry more than the ``2k`` candidates tells whether a tie reaches
+    the cut).
 
     The graphs take any batch size (beam rows), source lengths up to the model's ``max_len`` and cache lengths
     from 0 to ``max_len - 1``. Each file is written to a temporary name and renamed when complete, so an

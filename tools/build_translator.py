@@ -42,7 +42,7 @@ ORT_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-th
 # The page loads them in this order (html_js_files in _config.yml): translator.js uses the other two scripts.
 PAGE_FILES = ("tokenizer.js", "search.js", "heatmap.js", "translator.js", "translator.css")
 # The widest beam the page offers (each step runs the decoder step graph on every beam). Its 2k candidates per
-# step come from each row's best entries in the graph (companion.export.TOP_K of them: 2 * 8 < 32), so the page
+# step come from each row's best entries in the graph (companion.export.TOP_K of them: 2 * 8 < 17), so the page
 # never copies out whole rows but where a tie reaches the cut (tests/integration/test_web_search.py checks this).
 MAX_BEAM_SIZE = 8
 # The directions the page offers, in this order (the first is the default): (id, source, target language)

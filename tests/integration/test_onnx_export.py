@@ -84,14 +84,14 @@ def test_graphs_are_self_contained(exported, sessions, pretrained):
     assert [o.name for o in sessions["encoder"].get_outputs()] == ENCODER_OUTPUTS
 
 
-def check_search_outputs(outputs: dict[str, np.ndarray]) -> None:
+def check_search_outputs(outputs: dict[str, np.ndarray], top_k: int = TOP_K) -> None:
     """The step graph's outputs for the searches are taken from its own scores exactly: ``next_ids`` is each row's
-    first maximum of ``logits``; ``top_ids`` the ``TOP_K`` largest ``log_probs``, best first and the lower id first
-    among equal values (a stable sort), with ``top_log_probs`` their values."""
+    first maximum of ``logits``; ``top_ids`` the ``top_k`` largest ``logits``, best first and the lower id first
+    among equal values (a stable sort), with ``top_log_probs`` their ``log_probs``."""
     logits, log_probs = outputs["logits"], outputs["log_probs"]
     assert np.array_equal(outputs["next_ids"], logits.argmax(axis=-1))
-    width = min(TOP_K, log_probs.shape[-1])
-    expected_ids = np.argsort(-log_probs, axis=-1, kind="stable")[:, :width]
+    width = min(top_k, log_probs.shape[-1])
+    expected_ids = np.argsort(-logits, axis=-1, kind="stable")[:, :width]
     assert np.array_equal(outputs["top_ids"], expected_ids)
     assert np.array_equal(outputs["top_log_probs"], np.take_along_axis(log_probs, expected_ids, axis=-1))
 
@@ -197,12 +197,13 @@ def test_load_onnx_names_the_missing_graph(tmp_path):
 
 def test_untied_output_layer_and_a_small_vocabulary(tiny_model, tmp_path):
     """An output layer with its own bias keeps it in the step graph (beside the -inf of the never-generated
-    tokens), and a vocabulary smaller than TOP_K gives whole rows in top_log_probs/top_ids."""
+    tokens), and top_k as large as the vocabulary gives whole rows in top_log_probs/top_ids."""
     torch.manual_seed(0)
     model = tiny_model(tie_output=False)
     with torch.no_grad():
         model.generator.bias.normal_()  # a bias far from zero
-    sessions = load_onnx(export_onnx(model, tmp_path)["decoder"].parent)
+    vocab = model.config.tgt_vocab_size
+    sessions = load_onnx(export_onnx(model, tmp_path, top_k=vocab)["decoder"].parent)
     src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, 0, 0]])
     tokens = torch.tensor([[BOS_ID], [BOS_ID]])
     _, _, cross_kv = run_encoder(sessions, src.numpy())
@@ -217,8 +218,8 @@ def test_untied_output_layer_and_a_small_vocabulary(tiny_model, tmp_path):
     finite = np.isfinite(want.numpy())
     assert np.array_equal(np.isfinite(outputs["logits"]), finite)
     assert np.abs(outputs["logits"][finite] - want.numpy()[finite]).max() < TOLERANCE
-    assert outputs["top_ids"].shape == (2, model.config.tgt_vocab_size)
-    check_search_outputs(outputs)
+    assert outputs["top_ids"].shape == (2, vocab)
+    check_search_outputs(outputs, top_k=vocab)
 
 
 @pytest.mark.parametrize("top_k", [0, 20, 2.5])

@@ -230,7 +230,8 @@
   }
 
   async function runEncoder(rt, src) {
-    const out = await rt.encoder.run({ src_ids: int64Tensor(rt.ort, [src], src.length) });
+    // memory is not fetched: the decoder step reads the source through cross_kv
+    const out = await rt.encoder.run({ src_ids: int64Tensor(rt.ort, [src], src.length) }, ["encoder_attention", "cross_kv"]);
     return {
       encoderAttention: out.encoder_attention,
       crossKV: out.cross_kv,
