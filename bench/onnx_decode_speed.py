@@ -59,6 +59,8 @@ from companion.export import (  # noqa: E402
     _export,
     _never_generated_mask,
     _output_bias,
+    _search_outputs,
+    _top_k,
     export_onnx,
     load_onnx,
     onnx_beam_search,
@@ -73,20 +75,24 @@ MAX_DIFFERING = 0.005  # share of sentences whose outputs may differ between the
 class RecomputeGraph(nn.Module):
     """The decoder over the whole prefix: ``forward(prefixes [batch, t], src_ids [batch, n], memory [batch, n,
     d_model])`` -> ``logits [batch, tgt_vocab]`` of the last position (``<pad>``, ``<bos>`` at -inf), through
-    :meth:`~companion.model.Transformer.decode_unchecked` with ``last_only``. ``with_maps`` also returns what the
-    page's former graph did: ``log_probs`` and every position's attention weights, ``self_attention [L, batch, H,
-    t, t]`` and ``cross_attention [L, batch, H, t, n]`` (computed by the explicit attention path)."""
+    :meth:`~companion.model.Transformer.decode_unchecked` with ``last_only``, and what the step graph derives from
+    them for the searches (``log_probs``, ``next_ids``, ``top_log_probs``, ``top_ids``: the same work after the
+    decoder, so that only the cache differs). ``with_maps`` instead returns what the page's former graph did:
+    ``log_probs`` and every position's attention weights, ``self_attention [L, batch, H, t, t]`` and
+    ``cross_attention [L, batch, H, t, n]`` (computed by the explicit attention path)."""
 
     def __init__(self, model: Transformer, *, with_maps: bool, bos_id: int = BOS_ID) -> None:
         super().__init__()
         self.model, self.with_maps = model, with_maps
+        self.top_k = _top_k(model, None)
         self.register_buffer("never_generated", _never_generated_mask(model, bos_id), persistent=False)
 
     def forward(self, prefixes: torch.Tensor, src_ids: torch.Tensor, memory: torch.Tensor):
         src_mask = (src_ids != self.model.config.pad_id)[:, None, None, :]
         if not self.with_maps:
             logits = self.model.decode_unchecked(prefixes, memory, src_mask, last_only=True)
-            return logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
+            logits = logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
+            return logits, *_search_outputs(logits, self.top_k)
         logits, maps = self.model.decode_unchecked(prefixes, memory, src_mask, need_weights=True, last_only=True)
         logits = logits[:, -1].float().masked_fill(self.never_generated, float("-inf"))
         self_maps = torch.stack([weights for weights, _ in maps])
@@ -129,7 +135,8 @@ def export_recompute(model: Transformer, path: pathlib.Path, *, with_maps: bool)
     batch = torch.export.Dim("batch")
     src_len = torch.export.Dim("src_len", max=model.config.max_len)
     tgt_len = torch.export.Dim("tgt_len", max=model.config.max_len)
-    outputs = ["logits", "log_probs", "self_attention", "cross_attention"] if with_maps else ["logits"]
+    searched = ["logits", "log_probs", "next_ids", "top_log_probs", "top_ids"]
+    outputs = ["logits", "log_probs", "self_attention", "cross_attention"] if with_maps else searched
     with eval_mode(model), torch.no_grad():
         memory, _ = model.encode_unchecked(src)
         _export(

@@ -126,6 +126,14 @@ def _top_k(model: Transformer, top_k: int | None) -> int:
     return min(TOP_K, vocab) if top_k is None else check_integer("top_k", top_k, minimum=1, maximum=vocab)
 
 
+def _search_outputs(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the searches take from next-token ``logits [rows, vocab]`` (see the module docstring): ``(log_probs,
+    next_ids [rows], top_log_probs, top_ids [rows, top_k])``."""
+    log_probs = F.log_softmax(logits, dim=-1)
+    _, top_ids = logits.topk(top_k, dim=-1)
+    return log_probs, top_ids[:, 0], log_probs.gather(1, top_ids), top_ids
+
+
 def _decoder_layers(model: Transformer) -> list[DecoderLayer]:
     return [cast(DecoderLayer, layer) for layer in model.decoder.layers]
 
@@ -226,15 +234,14 @@ class DecoderStepGraph(nn.Module):
             y = model.decoder.norm(y)
         weight = model.generator.weight
         logits = F.linear(y, weight, self.output_bias.to(weight.dtype)).float()
-        log_probs = F.log_softmax(logits, dim=-1)
-        _, top_ids = logits.topk(self.top_k, dim=-1)
+        log_probs, next_ids, top_log_probs, top_ids = _search_outputs(logits, self.top_k)
         return (
             logits,
             log_probs,
             torch.stack(new_k + new_v).reshape(2, len(new_k), *new_k[0].shape),  # [2, L, rows, H, 1, D]
             torch.stack(maps),
-            top_ids[:, 0],
-            log_probs.gather(1, top_ids),
+            next_ids,
+            top_log_probs,
             top_ids,
         )
 
