@@ -179,6 +179,8 @@ class DecoderStepGraph(nn.Module):
     d_model]`` code with its transposes; a graph runtime pays a fixed price per operation.
     """
 
+    output_bias: torch.Tensor  # [tgt_vocab], a buffer (see _output_bias)
+
     def __init__(self, model: Transformer, bos_id: int = BOS_ID, top_k: int | None = None) -> None:
         super().__init__()
         self.model = model
