@@ -119,27 +119,7 @@
    * beam * vocab + token.
    */
   function topCandidates(beams, logProbs, rowOfBeam, k, vocab) {
-    const want = Math.min(2 * k, k * vocab);
-    const scores = [];
-    const flat = [];
-    for (let beam = 0; beam < beams.length; beam++) {
-      const base = beams[beam].score;
-      if (base === -Infinity) continue; // every extension of a dead beam is -inf
-      const offset = rowOfBeam[beam] * vocab;
-      for (let token = 0; token < vocab; token++) {
-        const total = Math.fround(base + logProbs[offset + token]);
-        if (scores.length === want && !(total > scores[want - 1])) continue;
-        let at = scores.length;
-        while (at > 0 && !(scores[at - 1] >= total)) at--;
-        scores.splice(at, 0, total);
-        flat.splice(at, 0, beam * vocab + token);
-        if (scores.length > want) {
-          scores.pop();
-          flat.pop();
-        }
-      }
-    }
-    return scores.map((score, i) => ({ score, beam: Math.floor(flat[i] / vocab), token: flat[i] % vocab }));
+    return topCandidatesFromBest(beams, { values: logProbs, ids: null, width: vocab }, rowOfBeam, k, vocab);
   }
 
   /**
@@ -148,7 +128,7 @@
    * index beam * vocab + token. A row's entries stand in for the row when no token left out of them could rank
    * among the 2k: every token left out scores at most the row's last entry, so that holds when the last entry's
    * sum is below the 2k-th candidate's. Returns null otherwise (ties at the cut, or width <= 2k): then rank the
-   * whole rows with topCandidates.
+   * whole rows with topCandidates (which is this ranking over whole rows: ids null, entry j is token j).
    */
   function topCandidatesFromBest(beams, top, rowOfBeam, k, vocab) {
     const want = Math.min(2 * k, k * vocab);
@@ -163,7 +143,7 @@
       const offset = rowOfBeam[beam] * top.width;
       for (let j = 0; j < top.width; j++) {
         const total = Math.fround(base + top.values[offset + j]);
-        const index = beam * vocab + Number(top.ids[offset + j]);
+        const index = beam * vocab + (top.ids === null ? j : Number(top.ids[offset + j]));
         const n = scores.length;
         if (n === want && (total < scores[n - 1] || (total === scores[n - 1] && index > flat[n - 1]))) continue;
         let at = n;

@@ -283,10 +283,10 @@
    * the position each call adds, its rows following `parents`, and only the last token of each prefix is fed.
    * `output` is "next_ids" (greedy search) or "top_log_probs" (beam search: each row's best log-probabilities and
    * their ids, with full() running the same feeds again for the whole rows, log_probs, when the best entries
-   * cannot decide: the graph has no state, so a second run gives the same numbers; tools/build_translator.py
-   * checks that the page's widest beam ranks its candidates from the best entries). Copying out a few entries per
-   * row instead of the whole vocabulary, and not scanning it in JavaScript, is most of what a step costs besides
-   * the graph. Each call's attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
+   * cannot decide: the graph has no state, so a second run gives the same numbers; tests/integration/
+   * test_web_search.py checks that the page's widest beam ranks its candidates from the best entries). Copying out
+   * a few entries per row instead of the whole vocabulary, and not scanning it in JavaScript, is most of what a
+   * step costs besides the graph. Each call's attention rows are kept in step.calls, for the maps of the winner (attentionMaps).
    */
   function decoderStep(rt, src, encoded) {
     const n = src.length;
