@@ -10,6 +10,7 @@ from _run_helpers import COPY, train_words, write_corpus
 
 from companion.checkpoint import list_checkpoints, load_checkpoint
 from companion.cli import main
+from companion.devices import keep_freed_memory
 from companion.runs import RunConfig, train_run
 from companion.runs import train as train_module
 
@@ -29,8 +30,10 @@ def test_the_trainer_runs_with_the_config_the_run_recorded(tmp_path, monkeypatch
     options = dict(task="copy", preset="tiny", num_examples=300, max_tokens=200, max_steps=1, label_smoothing=0.25)
     summary = train_run({**options, "device": "cpu", "progress": False, "out": str(out)}, command=[])
     assert summary["steps"] == 1
-    recorded = RunConfig.from_record(json.loads((out / "run.json").read_text())["args"])
+    record = json.loads((out / "run.json").read_text())
+    recorded = RunConfig.from_record(record["args"])
     assert seen["config"] == recorded.train and seen["config"].label_smoothing == 0.25
+    assert record["keeps_freed_memory"] is keep_freed_memory()  # the run applied the allocator setting it records
 
 
 def test_resume_with_other_data_is_refused_and_with_the_same_data_elsewhere_allowed(tmp_path, capsys):
