@@ -8,61 +8,41 @@ the setting the block comes from the heap and stays for the next allocation.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import companion._allocator as allocator
+from companion.book.experiments.performance import memory_returned_after_free
 from companion.devices import keep_freed_memory
 
 MiB = 1 << 20
-CHILD = """
-import json, os, sys
-import torch
-from companion.devices import keep_freed_memory
-applied = keep_freed_memory() if sys.argv[1] == "keep" else None
-again = keep_freed_memory() if sys.argv[1] == "keep" else None
-def resident():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-block = torch.ones(64 * 2**20 // 4)  # 64 MiB of float32, every page touched
-held = resident()
-del block
-print(json.dumps({"applied": applied, "again": again, "released": held - resident()}))
-"""
-
 on_glibc = pytest.mark.skipif(not allocator._glibc(), reason="glibc's setting (Linux): elsewhere nothing changes")
 
 
-def freed_block(mode: str, **env: str) -> dict:
-    """Run CHILD in a fresh interpreter (``mode`` "keep" calls keep_freed_memory first) with ``env`` added."""
+def freed_block(keep: bool, **env: str) -> dict:
+    """memory_returned_after_free in a child whose environment holds no malloc setting but ``env``."""
     clean = {k: v for k, v in os.environ.items() if k not in allocator._USER_SETTINGS and k != "GLIBC_TUNABLES"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, mode], env={**clean, **env}, capture_output=True, text=True, check=True
-    )
-    return json.loads(done.stdout)
+    return memory_returned_after_free(keep, 64, {**clean, **env})
 
 
 @on_glibc
 def test_without_the_setting_a_freed_large_block_goes_back_to_the_system():
-    assert freed_block("default")["released"] > 48 * MiB  # the control: the measurement sees glibc's default
+    assert freed_block(False)["returned_bytes"] > 48 * MiB  # the control: the measurement sees glibc's default
 
 
 @on_glibc
 def test_with_the_setting_a_freed_large_block_stays_in_the_process():
-    result = freed_block("keep")
-    assert result["applied"] is True and result["again"] is True
-    assert result["released"] < 8 * MiB
+    result = freed_block(True)
+    assert result["kept"] is True
+    assert result["returned_bytes"] < 8 * MiB
 
 
 @on_glibc
 def test_the_users_own_malloc_settings_stand():
-    result = freed_block("keep", MALLOC_TRIM_THRESHOLD_="131072")
-    assert result["applied"] is False
-    assert result["released"] > 48 * MiB  # glibc's behaviour under the user's setting, untouched
+    result = freed_block(True, MALLOC_TRIM_THRESHOLD_="131072")
+    assert result["kept"] is False
+    assert result["returned_bytes"] > 48 * MiB  # glibc's behaviour under the user's setting, untouched
 
 
 def test_user_settings_are_recognised():
@@ -70,6 +50,16 @@ def test_user_settings_are_recognised():
     assert allocator.user_chose_malloc_settings({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"})
     assert not allocator.user_chose_malloc_settings({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"})
     assert not allocator.user_chose_malloc_settings({})
+
+
+def test_calling_it_again_changes_nothing(monkeypatch):
+    monkeypatch.setattr(allocator, "_kept", None)
+    monkeypatch.setattr(allocator, "_glibc", lambda: True)
+    monkeypatch.setattr(allocator, "user_chose_malloc_settings", lambda: False)
+    calls = []
+    monkeypatch.setattr(allocator, "_set_thresholds", lambda: calls.append(1) or True)
+    assert keep_freed_memory() is True and keep_freed_memory() is True
+    assert calls == [1]
 
 
 def test_elsewhere_than_glibc_nothing_is_changed(monkeypatch):

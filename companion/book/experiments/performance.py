@@ -11,14 +11,21 @@ Memory is counted two ways, both on the CPU's tensors, neither reading the proce
 * :func:`peak_allocated_bytes`: the highest running sum of the allocations minus frees that
   :mod:`torch.profiler` records (``profile_memory=True``) while ``fn`` runs, counted from zero at its start.
 
+:func:`memory_returned_after_free` is the exception: it reads a fresh interpreter's resident size (Linux) to show
+where the memory of a freed tensor goes, back to the system or kept for reuse (``companion.devices.keep_freed_memory``).
+
 Shapes: ``src [batch, n]`` and ``tgt [batch, t + 1]`` token ids (the model reads ``tgt[:, :-1]`` and predicts
 ``tgt[:, 1:]``); attention inputs ``[batch, heads, n, d_head]``.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +46,7 @@ __all__ = [
     "training_step",
     "saved_tensor_bytes",
     "peak_allocated_bytes",
+    "memory_returned_after_free",
     "fit_power_law",
     "BREAKDOWN_LABELS",
     "step_breakdown",
@@ -159,6 +167,41 @@ def peak_allocated_bytes(fn: Callable[[], object]) -> int:
         running += change
         peak = max(peak, running)
     return peak
+
+
+_FREE_ONE_BLOCK = """
+import json, os, sys
+import torch
+from companion.devices import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else False
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+block = torch.ones(int(sys.argv[2]) * 2**20 // 4)  # float32, every page written
+held = resident()
+del block
+print(json.dumps({"kept": kept, "returned_bytes": held - resident()}))
+"""
+
+
+def memory_returned_after_free(keep: bool, megabytes: int = 64, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Allocate a ``megabytes`` MiB tensor in a fresh interpreter, free it, and return how much the process's resident
+    memory dropped: ``{"kept": whether keep_freed_memory() applied, "returned_bytes": ...}``. ``keep`` calls
+    :func:`companion.devices.keep_freed_memory` first; ``env`` replaces the child's environment (default: this
+    one's). Reads ``/proc/self/statm``, so Linux only (a RuntimeError elsewhere)."""
+    check_positive_int("megabytes", megabytes)
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError(f"memory_returned_after_free reads /proc/self/statm (Linux); this is {sys.platform}")
+    mode = "keep" if keep else "default"
+    done = subprocess.run(
+        [sys.executable, "-c", _FREE_ONE_BLOCK, mode, str(megabytes)],
+        env=dict(os.environ) if env is None else env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the child interpreter failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout)
 
 
 def fit_power_law(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
