@@ -14,7 +14,9 @@ step until it exits, which is what a training or decoding run needs again anyway
 machine of ``bench/allocator_speed.py`` a training step of the default model became about 1.3x faster; the
 benchmark records the measurement. It is what glibc's own environment variables do
 (``MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824``), applied from inside the process, so a
-user who sets those variables (or a ``glibc.malloc`` tunable in ``GLIBC_TUNABLES``) keeps their choice.
+user who sets those variables (or a ``glibc.malloc`` tunable in ``GLIBC_TUNABLES``) keeps their choice, and a process
+whose ``LD_PRELOAD`` brings another allocator (tcmalloc, jemalloc, mimalloc: names with ``malloc`` in them) is left
+to it.
 """
 
 from __future__ import annotations
@@ -41,9 +43,17 @@ def _glibc() -> bool:
 
 
 def user_chose_malloc_settings(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
-    """Whether the environment sets glibc's malloc thresholds itself (then :func:`keep_freed_memory` leaves them)."""
+    """Whether the environment sets glibc's malloc thresholds itself, or preloads another allocator (then
+    :func:`keep_freed_memory` leaves the process as it is)."""
     env = os.environ if environ is None else environ
-    return any(name in env for name in _USER_SETTINGS) or "glibc.malloc" in env.get("GLIBC_TUNABLES", "")
+    preloaded = "malloc" in env.get("LD_PRELOAD", "")
+    return any(name in env for name in _USER_SETTINGS) or "glibc.malloc" in env.get("GLIBC_TUNABLES", "") or preloaded
+
+
+def can_keep_freed_memory() -> bool:
+    """Whether :func:`keep_freed_memory` changes anything in this process: Linux with glibc's malloc, and no malloc
+    setting or other allocator chosen in the environment."""
+    return _glibc() and not user_chose_malloc_settings()
 
 
 def _set_thresholds() -> bool:
@@ -59,12 +69,13 @@ def keep_freed_memory() -> bool:
     """Keep freed memory in this process for reuse (module docstring): glibc's ``M_MMAP_THRESHOLD`` and
     ``M_TRIM_THRESHOLD`` raised to 1 GiB. For the whole process, until it exits; calling it again changes nothing.
 
-    Returns True when the settings are in place, False where nothing was changed: not Linux with glibc (other C
-    libraries and systems keep their allocator's behaviour), or the environment sets glibc's thresholds already
-    (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or a ``glibc.malloc`` tunable): that choice stands.
+    Returns True when the settings are in place, False where nothing was changed (:func:`can_keep_freed_memory`):
+    not Linux with glibc (other C libraries and systems keep their allocator's behaviour), or the environment sets
+    glibc's thresholds already (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or a ``glibc.malloc``
+    tunable) or preloads another allocator (``LD_PRELOAD``): that choice stands.
     ``companion train``, ``translate`` and ``evaluate`` call it before they start.
     """
     global _kept
     if _kept is None:
-        _kept = _glibc() and not user_chose_malloc_settings() and _set_thresholds()
+        _kept = can_keep_freed_memory() and _set_thresholds()
     return _kept

@@ -17,7 +17,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from ._allocator import keep_freed_memory
+from ._allocator import can_keep_freed_memory, keep_freed_memory
 from .errors import ConfigError, DeviceUnavailableError
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "cleanup_distributed",
     "process_rank",
     "keep_freed_memory",
+    "can_keep_freed_memory",
 ]
 
 

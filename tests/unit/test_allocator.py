@@ -22,7 +22,8 @@ on_glibc = pytest.mark.skipif(not allocator._glibc(), reason="glibc's setting (L
 
 def freed_block(keep: bool, **env: str) -> dict:
     """memory_returned_after_free in a child whose environment holds no malloc setting but ``env``."""
-    clean = {k: v for k, v in os.environ.items() if k not in allocator._USER_SETTINGS and k != "GLIBC_TUNABLES"}
+    chosen = (*allocator._USER_SETTINGS, "GLIBC_TUNABLES", "LD_PRELOAD")
+    clean = {k: v for k, v in os.environ.items() if k not in chosen}
     return memory_returned_after_free(keep, 64, {**clean, **env})
 
 
@@ -48,14 +49,15 @@ def test_the_users_own_malloc_settings_stand():
 def test_user_settings_are_recognised():
     assert allocator.user_chose_malloc_settings({"MALLOC_MMAP_THRESHOLD_": "65536"})
     assert allocator.user_chose_malloc_settings({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"})
+    assert allocator.user_chose_malloc_settings({"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"})
     assert not allocator.user_chose_malloc_settings({"GLIBC_TUNABLES": "glibc.pthread.rseq=0"})
+    assert not allocator.user_chose_malloc_settings({"LD_PRELOAD": "/usr/lib/libfaketime.so.1"})
     assert not allocator.user_chose_malloc_settings({})
 
 
 def test_calling_it_again_changes_nothing(monkeypatch):
     monkeypatch.setattr(allocator, "_kept", None)
-    monkeypatch.setattr(allocator, "_glibc", lambda: True)
-    monkeypatch.setattr(allocator, "user_chose_malloc_settings", lambda: False)
+    monkeypatch.setattr(allocator, "can_keep_freed_memory", lambda: True)
     calls = []
     monkeypatch.setattr(allocator, "_set_thresholds", lambda: calls.append(1) or True)
     assert keep_freed_memory() is True and keep_freed_memory() is True
@@ -69,4 +71,5 @@ def test_elsewhere_than_glibc_nothing_is_changed(monkeypatch):
     monkeypatch.setattr(allocator, "_kept", None)
     monkeypatch.setattr(allocator, "_glibc", lambda: False)
     monkeypatch.setattr(allocator, "_set_thresholds", must_not_run)
+    assert allocator.can_keep_freed_memory() is False
     assert keep_freed_memory() is False
