@@ -5,16 +5,17 @@
 
 ``companion train``, ``translate`` and ``evaluate`` call :func:`companion.devices.keep_freed_memory` (glibc's malloc
 thresholds raised so that the memory a step frees stays in the process; ``companion/_allocator.py`` says why). The
-setting holds for a whole process, so every measurement runs in a fresh interpreter: each round starts one with
-glibc's defaults and one that calls ``keep_freed_memory()`` first (in alternating order), and each of them times
+setting holds for a whole process, and a measurement changes glibc's own adaptive thresholds for the next one, so
+every measurement runs alone in a fresh interpreter: each round runs each of the following once with glibc's
+defaults and once after ``keep_freed_memory()`` (which mode goes first alternates between rounds):
 
-* ``train``: training steps of the CLI default model (the ``small`` preset, one shared 8,000 vocabulary) on a fixed
-  batch of random ids, as ``bench/train_step_speed.py`` builds them (92 sentences of 13 tokens a side), after
-  two untimed steps;
-* ``greedy_16``: greedy search over the first ``--sentences`` test_2016_flickr sources with the shipped de->en model
-  in batches of 16 (as ``bench/decode_speed.py``);
-* ``beam4_64``: beam search (beam 4, alpha 0.6) over the same sentences in batches of 64 (``companion evaluate``'s
-  default batch).
+* ``train_ms_per_step``: training steps of the CLI default model (the ``small`` preset, one shared 8,000
+  vocabulary) on a fixed batch of random ids, as ``bench/train_step_speed.py`` builds and times them (92 sentences of
+  13 tokens a side, two untimed steps first);
+* ``greedy_16_seconds``: greedy search over the first ``--sentences`` test_2016_flickr sources with the shipped
+  de->en model, in length-sorted batches of 16 (``bench/decode_speed.py``'s batches);
+* ``beam4_64_seconds``: beam search (beam 4, alpha 0.6) over the same sentences in batches of 64 (``companion
+  evaluate``'s default batch).
 
 The report gives each mode's median per round and the median of the per-round ratios (default / kept). Nothing is
 compared but time: the arithmetic is the same in both modes (the decoded ids are compared, by digest). Writes
@@ -41,16 +42,6 @@ MODES = ("default", "kept")
 MEASURES = ("train_ms_per_step", "greedy_16_seconds", "beam4_64_seconds")
 
 
-def batches(ids: list[list[int]], size: int, pad_id: int):
-    """``ids`` in order, ``size`` at a time, right-padded ``[size, width]`` tensors."""
-    import torch
-
-    for start in range(0, len(ids), size):
-        chunk = ids[start : start + size]
-        width = max(len(x) for x in chunk)
-        yield torch.tensor([x + [pad_id] * (width - len(x)) for x in chunk])
-
-
 def train_ms_per_step(steps: int) -> float:
     """Milliseconds per training step, as ``bench/train_step_speed.py`` times the package's step."""
     import torch
@@ -65,6 +56,8 @@ def train_ms_per_step(steps: int) -> float:
 
 def decode_seconds(measure: str, sentences: int, data_dir: str | None) -> tuple[float, str]:
     """Seconds of one search over the test sentences (one untimed batch first) and a digest of its outputs."""
+    from decode_speed import batches  # length-sorted, padded batches, as bench/decode_speed.py times them
+
     from companion.checkpoint import load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
     from companion.data import load_multi30k
     from companion.decode import beam_search, greedy_decode
@@ -73,14 +66,14 @@ def decode_seconds(measure: str, sentences: int, data_dir: str | None) -> tuple[
     model = model_from_checkpoint(checkpoint)
     src_tok, _ = tokenizers_from_checkpoint(checkpoint)
     test = load_multi30k("de", "en", data_dir=data_dir)["test"][:sentences]
-    ids = sorted((src_tok.encode(s)[: model.config.max_len - 1] + [src_tok.eos_id] for s, _ in test), key=len)
+    ids = [src_tok.encode(s)[: model.config.max_len - 1] + [src_tok.eos_id] for s, _ in test]
     if measure == "greedy_16_seconds":
         size, search = 16, lambda src: greedy_decode(model, src)
     else:
         size, search = 64, lambda src: beam_search(model, src, beam_size=4, alpha=0.6)
-    search(next(batches(ids, size, model.config.pad_id)))  # first calls allocate and pick kernels: not timed
+    search(next(batches(ids, size, model.config.pad_id))[1])  # first calls allocate and pick kernels: not timed
     start = time.perf_counter()
-    outputs = [out for batch in batches(ids, size, model.config.pad_id) for out in search(batch)]
+    outputs = [out for _, batch in batches(ids, size, model.config.pad_id) for out in search(batch)]
     seconds = time.perf_counter() - start
     return seconds, hashlib.sha256(json.dumps(outputs).encode()).hexdigest()
 
