@@ -60,8 +60,8 @@ PRETRAINED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-en-de-small": {  # sha256 written by tools/make_pretrained.py
         "direction": "en-de",
         "file": "en-de-small.pt",
-        "sha256": "7b33ef4dbba5fb203742955996010f79d831876deab0ebbe066ce4033622e131",
-        "description": "English -> German, Multi30k, small preset (d_model 128, 2+2 layers), word vocabularies",
+        "sha256": "0b6cb43ae85d066bc0b17f2c2f8bae80269dae564f85ecb393e0e9364cd11d95",
+        "description": "English -> German, Multi30k, small preset (d_model 128, 2+2 layers), one shared BPE vocabulary",
     },
 }
 # direction ("src-tgt") -> the name of the shipped model for it

@@ -336,6 +336,11 @@ def test_translations_equal_python(
         "total_ms_each": [round(t, 1) for t in times],
         "source_tokens_each": [len(r["sourceIds"]) for r in results],
         "median_decoder_calls": _median([r["timings"]["decoderCalls"] for r in results]),
+        # where a sentence's time goes (the page's own timers): the encoder call, the search's decoder calls and
+        # bookkeeping, gathering the winner's attention maps; the rest is tokenizing and describing the result
+        "median_ms_by_part": {
+            part: _median([r["timings"][f"{part}Ms"] for r in results]) for part in ("encoder", "search", "attention")
+        },
     }
     translator.assert_clean()
 

@@ -1,0 +1,116 @@
+"""Two checkpoints of one direction compared on Multi30k's validation split: which one to ship.
+
+    python bench/pretrained_compare.py --direction en-de --baseline OLD.pt --candidate NEW.pt --results NAME
+
+Each checkpoint translates the validation sources with ``companion translate`` (beam 4, alpha 0.6: the model
+cards' setting), and the script reports, for each, sacreBLEU's BLEU and chrF with a paired bootstrap test of the
+candidate against the baseline (``sacrebleu.significance.PairedTest``, 2,000 resamples: the p-value of the
+difference and each score's 95% interval), and how many outputs hold ``<unk>`` (a word-level model writes it for
+every word outside its vocabulary; a subword model spells them). Only the validation split is read: the test set
+plays no part in choosing a shipped model (``tools/make_pretrained.py`` says which setting each direction uses and
+why). Writes ``bench/results/NAME.json`` with the commands, hardware and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import sacrebleu
+from sacrebleu.significance import PairedTest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _common import results_stem, write_results  # noqa: E402
+
+from companion.data import load_multi30k  # noqa: E402
+
+BEAM, ALPHA = 4, 0.6
+RESAMPLES = 2000
+UNK = "<unk>"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--direction", required=True, choices=("de-en", "en-de"), help="the checkpoints' direction")
+    parser.add_argument("--baseline", required=True, type=pathlib.Path, help="the shipped checkpoint")
+    parser.add_argument("--candidate", required=True, type=pathlib.Path, help="the checkpoint that might replace it")
+    parser.add_argument("--data-dir", default=None, help="Multi30k folder (default: COMPANION_DATA_DIR or the hub)")
+    parser.add_argument("--results", type=results_stem, required=True, help="results file stem (bench/results/)")
+    args = parser.parse_args(argv)
+    for name in ("baseline", "candidate"):
+        if not getattr(args, name).is_file():
+            parser.error(f"--{name} must be a checkpoint file, got {getattr(args, name)}")
+    return args
+
+
+def translate_command(checkpoint: pathlib.Path, source: pathlib.Path) -> list[str]:
+    return [sys.executable, "-m", "companion", "translate", "--checkpoint", str(checkpoint), "--input", str(source),
+            "--beam-size", str(BEAM), "--alpha", str(ALPHA)]  # fmt: skip
+
+
+def translate(checkpoint: pathlib.Path, source: pathlib.Path) -> list[str]:
+    """The checkpoint's translation of every line of ``source`` (one output line per input line)."""
+    done = subprocess.run(translate_command(checkpoint, source), capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def unk_counts(outputs: list[str]) -> dict[str, int]:
+    return {"sentences_with_unk": sum(UNK in line for line in outputs),
+            "unk_tokens": sum(line.count(UNK) for line in outputs)}  # fmt: skip
+
+
+def paired_test(baseline: list[str], candidate: list[str], references: list[str]) -> dict[str, dict]:
+    """BLEU and chrF of both systems, each with its bootstrap mean and 95% interval, and the candidate's p-value."""
+    metrics = {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
+    test = PairedTest([("baseline", baseline), ("candidate", candidate)], metrics, [references], "bs", RESAMPLES)
+    signatures, results = test()
+    report: dict[str, dict] = {}
+    keys = [key for key in results if key != "System"]  # the metrics' own names (BLEU, chrF2), in metrics' order
+    for name, key in zip(metrics, keys, strict=True):
+        base, cand = results[key]
+        report[name] = {
+            "signature": str(signatures[key]),
+            "baseline": {"score": round(base.score, 2), "bootstrap_mean": round(float(base.mean), 2),
+                         "ci95_half_width": round(float(base.ci), 2)},
+            "candidate": {"score": round(cand.score, 2), "bootstrap_mean": round(float(cand.mean), 2),
+                          "ci95_half_width": round(float(cand.ci), 2), "p_value": round(float(cand.p_value), 4)},
+        }  # fmt: skip
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    src, tgt = args.direction.split("-")
+    pairs = load_multi30k(src, tgt, args.data_dir, splits=("valid",))["valid"]
+    references = [target for _, target in pairs]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = pathlib.Path(tmp) / f"valid.{src}"
+        source.write_text("".join(f"{text}\n" for text, _ in pairs), encoding="utf-8")
+        outputs = {name: translate(getattr(args, name), source) for name in ("baseline", "candidate")}
+    for name, lines in outputs.items():
+        if len(lines) != len(pairs):
+            raise SystemExit(f"{name}: {len(lines)} output lines for {len(pairs)} sources")
+    payload = {
+        "what": "two checkpoints of one direction on Multi30k's validation split (beam 4, alpha 0.6): sacreBLEU BLEU "
+        f"and chrF with a paired bootstrap test ({RESAMPLES} resamples) of the candidate against the baseline, "
+        "and the outputs holding <unk>",
+        "direction": args.direction,
+        "split": "valid",
+        "sentences": len(pairs),
+        "checkpoints": {"baseline": str(args.baseline), "candidate": str(args.candidate)},
+        "translate_command": " ".join(translate_command(pathlib.Path("CHECKPOINT"), pathlib.Path(f"valid.{src}"))[1:]),
+        "scores": paired_test(outputs["baseline"], outputs["candidate"], references),
+        "unk": {name: unk_counts(lines) for name, lines in outputs.items()},
+    }
+    path = write_results(args.results, payload)
+    for metric, entry in payload["scores"].items():
+        print(f"{metric}: baseline {entry['baseline']['score']}, candidate {entry['candidate']['score']} "
+              f"(p = {entry['candidate']['p_value']:.4f})")  # fmt: skip
+    print(f"<unk>: {payload['unk']}\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()
