@@ -26,10 +26,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import results_stem, write_results  # noqa: E402
 
 from companion.data import load_multi30k  # noqa: E402
+from companion.data.tokenizers import UNK  # noqa: E402
 
 BEAM, ALPHA = 4, 0.6
 RESAMPLES = 2000
-UNK = "<unk>"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
