@@ -2,13 +2,14 @@
 
     python bench/pretrained_compare.py --direction en-de --baseline OLD.pt --candidate NEW.pt --results NAME
 
-Each checkpoint translates the validation sources with ``companion translate`` (beam 4, alpha 0.6: the model
-cards' setting), and the script reports, for each, sacreBLEU's BLEU and chrF with a paired bootstrap test of the
-candidate against the baseline (``sacrebleu.significance.PairedTest``, 2,000 resamples: the p-value of the
-difference and each score's 95% interval), and how many outputs hold ``<unk>`` (a word-level model writes it for
-every word outside its vocabulary; a subword model spells them). Only the validation split is read: the test set
-plays no part in choosing a shipped model (``tools/make_pretrained.py`` says which setting each direction uses and
-why). Writes ``bench/results/NAME.json`` with the commands, hardware and date.
+Each checkpoint translates the validation sources with ``companion translate`` (beam 4; alpha 0.6, the setting of
+the comparisons of 2026-12-06, unless ``--alpha`` gives another, such as the shipped models' decoding setting
+``companion.pretrained.SHIPPED_ALPHA``), and the script reports, for each, sacreBLEU's BLEU and chrF with a paired
+bootstrap test of the candidate against the baseline (``sacrebleu.significance.PairedTest``, 2,000 resamples: the
+p-value of the difference and each score's 95% interval), and how many outputs hold ``<unk>`` (a word-level model
+writes it for every word outside its vocabulary; a subword model spells them). Only the validation split is read:
+the test set plays no part in choosing a shipped model (``tools/make_pretrained.py`` says which setting each
+direction uses and why). Writes ``bench/results/NAME.json`` with the commands, hardware and date.
 """
 
 from __future__ import annotations
@@ -37,23 +38,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--direction", required=True, choices=("de-en", "en-de"), help="the checkpoints' direction")
     parser.add_argument("--baseline", required=True, type=pathlib.Path, help="the shipped checkpoint")
     parser.add_argument("--candidate", required=True, type=pathlib.Path, help="the checkpoint that might replace it")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help=f"beam search's length penalty (default: {ALPHA})")
     parser.add_argument("--data-dir", default=None, help="Multi30k folder (default: COMPANION_DATA_DIR or the hub)")
     parser.add_argument("--results", type=results_stem, required=True, help="results file stem (bench/results/)")
     args = parser.parse_args(argv)
+    if not 0 <= args.alpha <= 10:
+        parser.error(f"--alpha must be a number from 0 to 10, got {args.alpha}")
     for name in ("baseline", "candidate"):
         if not getattr(args, name).is_file():
             parser.error(f"--{name} must be a checkpoint file, got {getattr(args, name)}")
     return args
 
 
-def translate_command(checkpoint: pathlib.Path, source: pathlib.Path) -> list[str]:
+def translate_command(
+    checkpoint: pathlib.Path, source: pathlib.Path, *, beam: int = BEAM, alpha: float = ALPHA
+) -> list[str]:
     return [sys.executable, "-m", "companion", "translate", "--checkpoint", str(checkpoint), "--input", str(source),
-            "--beam-size", str(BEAM), "--alpha", str(ALPHA)]  # fmt: skip
+            "--beam-size", str(beam), "--alpha", str(alpha)]  # fmt: skip
 
 
-def translate(checkpoint: pathlib.Path, source: pathlib.Path) -> list[str]:
-    """The checkpoint's translation of every line of ``source`` (one output line per input line)."""
-    done = subprocess.run(translate_command(checkpoint, source), capture_output=True, text=True, check=True)
+def translate(checkpoint: pathlib.Path, source: pathlib.Path, *, beam: int = BEAM, alpha: float = ALPHA) -> list[str]:
+    """The checkpoint's translation of every line of ``source`` (one output line per input line) with beam search
+    of ``beam`` beams and length penalty ``alpha``."""
+    command = translate_command(checkpoint, source, beam=beam, alpha=alpha)
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
 
@@ -89,19 +97,22 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         source = pathlib.Path(tmp) / f"valid.{src}"
         source.write_text("".join(f"{text}\n" for text, _ in pairs), encoding="utf-8")
-        outputs = {name: translate(getattr(args, name), source) for name in ("baseline", "candidate")}
+        outputs = {name: translate(getattr(args, name), source, alpha=args.alpha) for name in ("baseline", "candidate")}
     for name, lines in outputs.items():
         if len(lines) != len(pairs):
             raise SystemExit(f"{name}: {len(lines)} output lines for {len(pairs)} sources")
     payload = {
-        "what": "two checkpoints of one direction on Multi30k's validation split (beam 4, alpha 0.6): sacreBLEU BLEU "
+        "what": f"two checkpoints of one direction on Multi30k's validation split (beam {BEAM}, alpha {args.alpha:g}): "
+        "sacreBLEU BLEU "
         f"and chrF with a paired bootstrap test ({RESAMPLES} resamples) of the candidate against the baseline, "
         "and the outputs holding <unk>",
         "direction": args.direction,
         "split": "valid",
         "sentences": len(pairs),
         "checkpoints": {"baseline": str(args.baseline), "candidate": str(args.candidate)},
-        "translate_command": " ".join(translate_command(pathlib.Path("CHECKPOINT"), pathlib.Path(f"valid.{src}"))[1:]),
+        "translate_command": " ".join(
+            translate_command(pathlib.Path("CHECKPOINT"), pathlib.Path(f"valid.{src}"), alpha=args.alpha)[1:]
+        ),
         "scores": paired_test(outputs["baseline"], outputs["candidate"], references),
         "unk": {name: unk_counts(lines) for name, lines in outputs.items()},
     }

@@ -8,6 +8,7 @@ Usage (from the repository root, virtual environment active)::
     python tools/make_pretrained.py                             # packages the existing runs runs/pretrained-de-en
                                                                 # and runs/pretrained-en-de
     python tools/make_pretrained.py --direction en-de           # one direction only
+    python tools/make_pretrained.py --rescore                   # the shipped files as they are: new scores only
 
 For each direction ``X-Y`` it writes ``pretrained/X-Y-small.pt`` (a companion checkpoint without optimizer state:
 the average of the run's last 5 checkpoints) and ``pretrained/X-Y-small.json`` (the model card: data, size,
@@ -15,7 +16,10 @@ command, when it trained and the machine's load meanwhile (``--train`` records t
 ``TRAINING_LOG``), hardware, and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
 with their signatures, and BLEU as the Multi30k literature computes it, lowercased and tokenized, see
 ``companion.evaluate.tokenized_bleu(..., lowercase=True)``), and records the file's SHA-256 in
-``companion/pretrained.py`` so that every copy and download can be checked.
+``companion/pretrained.py`` so that every copy and download can be checked. The beam searches score with the
+shipped models' decoding setting (``companion.pretrained.SHIPPED_BEAM_SIZE`` and ``SHIPPED_ALPHA``, which the card
+records as ``decoding``); ``--rescore`` scores the shipped files again after that setting changed, and rewrites
+only the cards' scores and ``decoding``, with the scoring command, date and hardware.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from _common import hardware  # noqa: E402
 DIRECTIONS = ("de-en", "en-de")
 LANGUAGE_NAMES = {"de": "German", "en": "English"}
 OUT = ROOT / "pretrained"
-BEAM, ALPHA = 4, 0.6
+sys.path.insert(0, str(ROOT))
+from companion.pretrained import SHIPPED_ALPHA as ALPHA  # noqa: E402  (chosen on validation: bench/decoding_select.py)
+from companion.pretrained import SHIPPED_BEAM_SIZE as BEAM  # noqa: E402
 
 
 def run_dir(direction: str) -> str:
@@ -329,12 +335,41 @@ def package(
         "sha256": digest,
         "packaging_command": " ".join(["python", "tools/make_pretrained.py", *sys.argv[1:]]),
         "hardware": hardware(),
+        "decoding": decoding(),
         "scores": score(target, direction, data_dir),
         "tokenized_lowercased_bleu_method": TOKENIZED_BLEU_METHOD,
         "terms": MULTI30K_TERMS,
     }
     card["test"] = card["scores"]["test_2016_flickr"]  # the key earlier cards and pages read
     (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def decoding() -> dict:
+    """The card's ``decoding``: the setting its beam-search scores use, and where it was chosen."""
+    return {
+        "beam_size": BEAM,
+        "alpha": ALPHA,
+        "chosen_by": "bench/decoding_select.py on the validation split (bench/results/decoding_select_2026-12-06.json)",
+    }
+
+
+def rescore(direction: str, data_dir: str | None, *, out: pathlib.Path = OUT) -> dict:
+    """Score the shipped ``out/<direction>-small.pt`` again (its SHA-256 must still be the card's) and rewrite its
+    card's ``decoding``, ``scores`` and ``test``, with ``scoring_command``, ``scoring_date`` and ``scoring_hardware``
+    (``hardware`` stays the packaging machine's); returns the card."""
+    card_path = out / f"{direction}-small.json"
+    card = json.loads(card_path.read_text())
+    target = out / f"{direction}-small.pt"
+    if sha256(target) != card["sha256"]:
+        raise SystemExit(f"make_pretrained: {target} is not the file its card describes (SHA-256 differs)")
+    card["decoding"] = decoding()
+    card["scores"] = score(target, direction, data_dir)
+    card["test"] = card["scores"]["test_2016_flickr"]
+    card["scoring_hardware"] = hardware()
+    card["scoring_command"] = " ".join(["python", "tools/make_pretrained.py", *sys.argv[1:]])
+    card["scoring_date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
     return card
 
 
@@ -349,16 +384,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="train first, with TRAIN_COMMANDS (the directions side by side, one thread each)",
     )
     parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="score the shipped files again (after the decoding setting changed): new card scores, same weights",
+    )
+    parser.add_argument(
         "--data-dir",
         default=os.environ.get("COMPANION_DATA_DIR"),
         help="Multi30k folder (default: $COMPANION_DATA_DIR, else the Hugging Face hub)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.train and args.rescore:
+        parser.error("--rescore scores the shipped files as they are: it cannot be combined with --train")
+    return args
 
 
 def main() -> None:
     args = parse_args()
     directions = DIRECTIONS if args.direction == "both" else (args.direction,)
+    if args.rescore:
+        for direction in directions:
+            card = rescore(direction, args.data_dir)
+            print(json.dumps({k: card[k] for k in ("file", "decoding", "scores")}, indent=2), flush=True)
+        return
     if args.train:
         train(directions, args.data_dir)
     for direction in directions:

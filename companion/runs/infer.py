@@ -21,7 +21,7 @@ from ..devices import keep_freed_memory, resolve_device
 from ..errors import ConfigError, DataError, RunError
 from ..evaluate import evaluate_translation, tokenized_bleu
 from ..options import check_declared, label, option
-from ..pretrained import DIRECTIONS, pretrained_path
+from ..pretrained import DIRECTIONS, SHIPPED_ALPHA, pretrained_path
 from .config import DataConfig, RunConfig
 from .identity import evaluation_pairs
 
@@ -42,6 +42,8 @@ __all__ = [
 # batch x beam hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust
 # memory.
 MAX_BATCH_SIZE = 10000
+# The length penalty of section 7 of the paper: the default alpha, except for the shipped models (SHIPPED_ALPHA).
+PAPER_ALPHA = 0.6
 # Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
 CHARACTERS_PER_TOKEN = 64
 
@@ -63,7 +65,12 @@ class _InferenceOptions:
         choices=sorted(DIRECTIONS),
     )
     beam_size: int = option(4, "beam width; 1 = greedy decoding (default: {default}, as in the paper)", metavar="K")
-    alpha: float = option(0.6, "length penalty alpha of beam search (default: {default}, as in the paper)", metavar="A")
+    alpha: float | None = option(
+        None,
+        f"length penalty alpha of beam search (default: {PAPER_ALPHA}, as in the paper; with --pretrained, "
+        f"{SHIPPED_ALPHA}, the shipped models' setting chosen on their validation split)",
+        metavar="A",
+    )
     batch_size: int = option(64, "sentences decoded together (default: {default})", metavar="N")
     device: str = option(
         "auto", "auto (CUDA > MPS > CPU), cpu, cuda, cuda:N or mps (default: {default})", metavar="DEV"
@@ -82,6 +89,8 @@ class _InferenceOptions:
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
         for name, largest in (("beam_size", MAX_BEAM_SIZE), ("batch_size", MAX_BATCH_SIZE)):
             check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
+        if self.alpha is None:
+            self.alpha = PAPER_ALPHA if self.pretrained is None else SHIPPED_ALPHA
         self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")

@@ -196,10 +196,15 @@ def check_card(card: dict, direction: str) -> None:
     assert card["training"]["train_seconds"] >= 0
     assert set(card["scores"]) == {"test_2016_flickr", "validation"}
     assert card["test"] == card["scores"]["test_2016_flickr"]
+    assert (card["decoding"]["beam_size"], card["decoding"]["alpha"]) == (
+        pretrained.SHIPPED_BEAM_SIZE,
+        pretrained.SHIPPED_ALPHA,
+    )
     searches = [*card["scores"]["test_2016_flickr"].items(), *card["scores"]["validation"].items()]
     assert {"beam4", "greedy"} <= set(card["scores"]["test_2016_flickr"]) and "beam4" in card["scores"]["validation"]
     for search, scores in searches:
-        assert scores["beam_size"] == (4 if search == "beam4" else 1) and scores["alpha"] == 0.6
+        assert scores["beam_size"] == (pretrained.SHIPPED_BEAM_SIZE if search == "beam4" else 1)
+        assert scores["alpha"] == pretrained.SHIPPED_ALPHA  # the beam searches use the shipped decoding setting
         assert "tok:13a" in scores["bleu_signature"] and "case:mixed" in scores["bleu_signature"]
         assert "nc:6" in scores["chrf_signature"]
         lc = scores["tokenized_lowercased_bleu_signature"]
@@ -263,6 +268,45 @@ def test_make_pretrained_ships_a_run_with_a_complete_card(direction, tmp_path, t
     assert pretrained._sha256(shipped) == card["sha256"] != pretrained._sha256(averaged)  # no optimizer state
     assert companion.load_pretrained(direction, path=shipped).info["step"] == 7
     assert card["history"] == tool.UNRECORDED_HISTORY and card["training_seconds"] is None  # no training record
+
+
+def test_rescore_scores_the_shipped_file_again_and_keeps_the_rest_of_its_card(tmp_path, tiny_model, monkeypatch):
+    pytest.importorskip("sacrebleu")
+    pytest.importorskip("spacy")
+    tool = _make_pretrained_tool()
+    out = tmp_path / "pretrained"
+    out.mkdir()
+    shipped = tiny_run_checkpoint(out / "de-en-small.pt", "de-en", tiny_model)
+    old_scores = {"test_2016_flickr": {"beam4": {"alpha": 0.6}}, "validation": {}}
+    card = {"name": "kept", "sha256": pretrained._sha256(shipped), "hardware": {"cpu": "the packaging machine"},
+            "scores": old_scores, "test": old_scores["test_2016_flickr"]}  # fmt: skip
+    (out / "de-en-small.json").write_text(json.dumps(card))
+    fresh = {"test_2016_flickr": {"beam4": {"alpha": pretrained.SHIPPED_ALPHA}}, "validation": {}}
+    scored = []
+    monkeypatch.setattr(tool, "score", lambda path, direction, data_dir: scored.append((path, direction)) or fresh)
+    rescored = tool.rescore("de-en", "data", out=out)
+    assert scored == [(shipped, "de-en")] and rescored == json.loads((out / "de-en-small.json").read_text())
+    assert rescored["scores"] == fresh and rescored["test"] == fresh["test_2016_flickr"]
+    assert (
+        rescored["decoding"]["alpha"] == pretrained.SHIPPED_ALPHA
+        and "decoding_select" in rescored["decoding"]["chosen_by"]
+    )
+    assert rescored["name"] == "kept" and rescored["hardware"] == {"cpu": "the packaging machine"}
+    assert rescored["scoring_hardware"]["cpu_cores"] > 0 and rescored["scoring_command"].startswith("python tools/")
+    shipped.write_bytes(shipped.read_bytes() + b"\0")  # no longer the file its card describes
+    with pytest.raises(SystemExit, match="SHA-256 differs"):
+        tool.rescore("de-en", "data", out=out)
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--rescore", "--train"])
+
+
+def test_the_shipped_decoding_setting_is_the_one_chosen_on_validation():
+    record = json.loads((ROOT / "bench" / "results" / "decoding_select_2026-12-06.json").read_text())
+    assert record["split"] == "valid" and record["beam_size"] == pretrained.SHIPPED_BEAM_SIZE
+    assert record["chosen_alpha"] == pretrained.SHIPPED_ALPHA
+    best = max(record["mean_bleu"].values())
+    assert record["mean_bleu"][f"{pretrained.SHIPPED_ALPHA:g}"] == best
+    assert "decoding_select_2026-12-06.json" in _make_pretrained_tool().decoding()["chosen_by"]
 
 
 def test_the_cards_name_the_vocabulary_each_run_used():

@@ -30,6 +30,7 @@ import pytest
 from _pages import guard_page
 
 from companion.data.tokenizers import SubwordTokenizer
+from companion.pretrained import SHIPPED_ALPHA, SHIPPED_BEAM_SIZE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
@@ -359,13 +360,17 @@ def test_direction_switch_changes_examples_labels_and_model(translator, referenc
     options = page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")
     assert options[1:] == info["examples"]
     assert app.locator(".tr-label").inner_text() == f"{info['direction']['source_name']} sentence"
+    # the form starts from the shipped models' decoding setting (model.json's, companion.pretrained's)
+    assert (info["decoding"]["beam_size"], info["decoding"]["alpha"]) == (SHIPPED_BEAM_SIZE, SHIPPED_ALPHA)
+    assert float(app.locator(".tr-alpha").input_value()) == SHIPPED_ALPHA
+    assert int(app.locator(".tr-beam-size").input_value()) == SHIPPED_BEAM_SIZE
     sentence = direction_sentences[other][5]
     translator.ui_translate(sentence, greedy=False)
     result = page.evaluate("CompanionTranslator.apps[0].result.direction")
     assert result == other
     reference = references[other]
     ids, _ = python_source_ids(reference, sentence)
-    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, 4, 0.6))
+    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, SHIPPED_BEAM_SIZE, SHIPPED_ALPHA))
     assert app.locator(".tr-output-text").inner_text() == expected
     assert app.locator(".tr-output-text").get_attribute("lang") == info["direction"]["target"]
     app.locator(".tr-direction").select_option(DIRECTIONS[0])
@@ -545,7 +550,7 @@ def test_compact_panel_translates_like_python(translator, reference, test_senten
     sentence = test_sentences[5]
     translator.ui_translate(sentence, greedy=False, selector="#test-panel")
     ids, _ = python_source_ids(reference, sentence)
-    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, 4, 0.6))
+    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, SHIPPED_BEAM_SIZE, SHIPPED_ALPHA))
     assert page.inner_text("#test-panel .tr-output-text") == expected
     assert page.locator("#test-panel .tr-cross-token canvas.tr-heatmap").count() == 1
     assert page.locator("#test-panel .tr-cross-heads").count() == 0  # the compact layout leaves out the per-head maps

@@ -39,9 +39,10 @@
   const ENCODER_OUTPUTS = ["memory", "encoder_attention", "cross_kv"];
   const DECODER_INPUTS = ["token_ids", "src_ids", "cross_kv", "past_kv"];
   const DECODER_OUTPUTS = ["logits", "log_probs", "new_kv", "attention", "next_ids", "top_log_probs", "top_ids"];
-  // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0); translate() accepts alpha up to model.json's
-  // decoding.max_alpha (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
-  const ALPHA_SLIDER_MAX = 1.5;
+  // The alpha slider's range (the paper tuned alpha from 0.6 to 1.0; the book's models use 2.0, model.json's
+  // decoding.alpha, chosen on validation); translate() accepts alpha up to model.json's decoding.max_alpha
+  // (companion.decode.MAX_ALPHA) and beam sizes up to its decoding.max_beam_size.
+  const ALPHA_SLIDER_MAX = 3;
   const { sourceIds, maxOutputLength, lengthPenalty, greedySearch, beamSearch, topCandidates, checkSearchOptions } =
     globalThis.CompanionSearch; // search.js, loaded before this script
   const { VIRIDIS, viridisIndex, drawHeatmap, drawColorbar, attachReadout } = globalThis.CompanionHeatmap; // heatmap.js
@@ -455,7 +456,7 @@
 
   /**
    * Translate text. options: {direction ("de-en" or "en-de": manifest.json's ids; default its first),
-   * beamSize (1-8; 1 = greedy), alpha (0-1.5), onProgress}; beamSize and
+   * beamSize (1-8; 1 = greedy), alpha (0 to model.json's decoding.max_alpha), onProgress}; beamSize and
    * alpha default to model.json's decoding settings; onProgress(ids) sees the best running hypothesis after
    * each step.
    * Rejects with an Error for empty text. Resolves to {ids, text, sourceIds, sourceTokens, outputTokens,

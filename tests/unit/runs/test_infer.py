@@ -17,8 +17,9 @@ import companion
 from companion.checkpoint import list_checkpoints, load_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main, split_lines
 from companion.errors import ConfigError, RunError
-from companion.pretrained import pretrained_path
+from companion.pretrained import SHIPPED_ALPHA, pretrained_path
 from companion.runs import EvaluateConfig, TranslateConfig, load_for_inference, translate_run
+from companion.runs.infer import PAPER_ALPHA
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,6 +36,14 @@ def test_alpha_must_be_finite_and_sensible(value):
     with pytest.raises(ConfigError, match=r"alpha \(--alpha\)"):
         TranslateConfig(checkpoint="x.pt", alpha=value)
     assert not math.isfinite(value) or value > 10
+
+
+@pytest.mark.parametrize("config_class", [TranslateConfig, EvaluateConfig])
+def test_alpha_defaults_to_the_papers_and_to_the_shipped_models_own_with_pretrained(config_class):
+    assert config_class(checkpoint="x.pt").alpha == PAPER_ALPHA == 0.6
+    assert config_class(pretrained="de-en").alpha == SHIPPED_ALPHA != PAPER_ALPHA
+    assert config_class(pretrained="en-de", alpha=1.0).alpha == 1.0  # a value given is kept
+    assert config_class(checkpoint="x.pt", alpha=0).alpha == 0
 
 
 @pytest.mark.parametrize("flag, value", [("--alpha", "nan"), ("--alpha", "-0.5"), ("--beam-size", "0")])
