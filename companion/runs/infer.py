@@ -42,7 +42,7 @@ __all__ = [
 # batch x beam hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust
 # memory.
 MAX_BATCH_SIZE = 10000
-# The length penalty of section 7 of the paper: the default alpha, except for the shipped models (SHIPPED_ALPHA).
+# The length penalty of the paper (its section 6.1): the default alpha, except for the shipped models (SHIPPED_ALPHA).
 PAPER_ALPHA = 0.6
 # Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
 CHARACTERS_PER_TOKEN = 64
