@@ -22,19 +22,16 @@ import argparse
 import pathlib
 import statistics
 import sys
-import tempfile
 
 import sacrebleu
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import results_stem, write_results  # noqa: E402
-from pretrained_compare import paired_test, translate, translate_command  # noqa: E402
+from pretrained_compare import BEAM, paired_test, translate_command, validation_outputs  # noqa: E402
 
-from companion.data import load_multi30k  # noqa: E402
+from companion.runs.infer import PAPER_ALPHA  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BEAM = 4
-PAPER_ALPHA = 0.6
 ALPHAS = (0.6, 1.0, 1.5, 2.0, 2.5, 3.0)
 DIRECTIONS = ("de-en", "en-de")
 
@@ -100,20 +97,11 @@ def main(argv: list[str] | None = None) -> None:
     grid: dict[str, dict[float, dict]] = {}
     references: dict[str, list[str]] = {}
     for direction, checkpoint in args.checkpoint:
-        src, tgt = direction.split("-")
-        pairs = load_multi30k(src, tgt, args.data_dir, splits=("valid",))["valid"]
-        references[direction] = [target for _, target in pairs]
-        outputs[direction], grid[direction] = {}, {}
-        with tempfile.TemporaryDirectory() as tmp:
-            source = pathlib.Path(tmp) / f"valid.{src}"
-            source.write_text("".join(f"{text}\n" for text, _ in pairs), encoding="utf-8")
-            for alpha in args.alphas:
-                lines = translate(checkpoint, source, beam=BEAM, alpha=alpha)
-                if len(lines) != len(pairs):
-                    raise SystemExit(f"{checkpoint}: {len(lines)} output lines for {len(pairs)} sources")
-                outputs[direction][alpha] = lines
-                grid[direction][alpha] = score(lines, references[direction])
-                print(f"{direction} alpha {alpha:g}: {grid[direction][alpha]}", flush=True)
+        jobs = {alpha: (checkpoint, alpha) for alpha in args.alphas}
+        references[direction], outputs[direction] = validation_outputs(direction, args.data_dir, jobs)
+        grid[direction] = {alpha: score(lines, references[direction]) for alpha, lines in outputs[direction].items()}
+        for alpha, scores in grid[direction].items():
+            print(f"{direction} alpha {alpha:g}: {scores}", flush=True)
     chosen = choose(grid)
     payload = {
         "what": f"the length penalty alpha of beam search (beam {BEAM}) for the shipped models, chosen on Multi30k's "

@@ -19,6 +19,8 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
+from typing import TypeVar
 
 import sacrebleu
 from sacrebleu.significance import PairedTest
@@ -28,8 +30,10 @@ from _common import results_stem, write_results  # noqa: E402
 
 from companion.data import load_multi30k  # noqa: E402
 from companion.data.tokenizers import UNK  # noqa: E402
+from companion.runs.infer import PAPER_ALPHA  # noqa: E402
 
-BEAM, ALPHA = 4, 0.6
+K = TypeVar("K")
+BEAM, ALPHA = 4, PAPER_ALPHA
 RESAMPLES = 2000
 
 
@@ -65,6 +69,25 @@ def translate(checkpoint: pathlib.Path, source: pathlib.Path, *, beam: int = BEA
     return done.stdout.splitlines()
 
 
+def validation_outputs(
+    direction: str, data_dir: str | None, jobs: Mapping[K, tuple[pathlib.Path, float]]
+) -> tuple[list[str], dict[K, list[str]]]:
+    """The references of ``direction``'s validation split, and for each job ``(checkpoint, alpha)`` the checkpoint's
+    translation of its sources (beam :data:`BEAM`): one output line per source, or ``SystemExit``."""
+    src, tgt = direction.split("-")
+    pairs = load_multi30k(src, tgt, data_dir, splits=("valid",))["valid"]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = pathlib.Path(tmp) / f"valid.{src}"
+        source.write_text("".join(f"{text}\n" for text, _ in pairs), encoding="utf-8")
+        outputs = {key: translate(checkpoint, source, alpha=alpha) for key, (checkpoint, alpha) in jobs.items()}
+    for key, lines in outputs.items():
+        if len(lines) != len(pairs):
+            raise SystemExit(
+                f"{jobs[key][0]} (alpha {jobs[key][1]:g}): {len(lines)} output lines for {len(pairs)} sources"
+            )
+    return [target for _, target in pairs], outputs
+
+
 def unk_counts(outputs: list[str]) -> dict[str, int]:
     return {"sentences_with_unk": sum(UNK in line for line in outputs),
             "unk_tokens": sum(line.count(UNK) for line in outputs)}  # fmt: skip
@@ -91,24 +114,16 @@ def paired_test(baseline: list[str], candidate: list[str], references: list[str]
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    src, tgt = args.direction.split("-")
-    pairs = load_multi30k(src, tgt, args.data_dir, splits=("valid",))["valid"]
-    references = [target for _, target in pairs]
-    with tempfile.TemporaryDirectory() as tmp:
-        source = pathlib.Path(tmp) / f"valid.{src}"
-        source.write_text("".join(f"{text}\n" for text, _ in pairs), encoding="utf-8")
-        outputs = {name: translate(getattr(args, name), source, alpha=args.alpha) for name in ("baseline", "candidate")}
-    for name, lines in outputs.items():
-        if len(lines) != len(pairs):
-            raise SystemExit(f"{name}: {len(lines)} output lines for {len(pairs)} sources")
+    src = args.direction.split("-")[0]
+    jobs = {name: (getattr(args, name), args.alpha) for name in ("baseline", "candidate")}
+    references, outputs = validation_outputs(args.direction, args.data_dir, jobs)
     payload = {
         "what": f"two checkpoints of one direction on Multi30k's validation split (beam {BEAM}, alpha {args.alpha:g}): "
-        "sacreBLEU BLEU "
-        f"and chrF with a paired bootstrap test ({RESAMPLES} resamples) of the candidate against the baseline, "
-        "and the outputs holding <unk>",
+        f"sacreBLEU BLEU and chrF with a paired bootstrap test ({RESAMPLES} resamples) of the candidate against the "
+        "baseline, and the outputs holding <unk>",
         "direction": args.direction,
         "split": "valid",
-        "sentences": len(pairs),
+        "sentences": len(references),
         "checkpoints": {"baseline": str(args.baseline), "candidate": str(args.candidate)},
         "translate_command": " ".join(
             translate_command(pathlib.Path("CHECKPOINT"), pathlib.Path(f"valid.{src}"), alpha=args.alpha)[1:]
