@@ -1,10 +1,11 @@
-"""Command line: ``python -m companion train | translate | evaluate`` (also installed as ``companion``).
+"""Command line: ``python -m companion train | translate | evaluate | choose-alpha`` (also installed as ``companion``).
 
 Examples::
 
     python -m companion train --preset small --src de --tgt en --data-dir ../shared/data/multi30k \\
         --max-minutes 20 --average-last 5 --out runs/de-en
     python -m companion translate --checkpoint runs/de-en < sentences.de > sentences.en
+    python -m companion choose-alpha --checkpoint runs/de-en        # on the validation split, into averaged.pt
     python -m companion evaluate --checkpoint runs/de-en --split test
     torchrun --nproc_per_node 2 -m companion train --preset base --out runs/base   # several processes
 
@@ -12,7 +13,8 @@ Run ``python -m companion COMMAND --help`` for every flag.
 
 This module is argparse only: the flags are built from the option fields of a training run's sections
 (``companion.runs.SECTIONS``: data, model, training and the run's own settings),
-:class:`~companion.runs.TranslateConfig` and :class:`~companion.runs.EvaluateConfig`, and each command calls the
+:class:`~companion.runs.TranslateConfig`, :class:`~companion.runs.EvaluateConfig` and
+:class:`~companion.runs.ChooseAlphaConfig`, and each command calls the
 matching run of :mod:`companion.runs`. Errors that ``companion`` raises on purpose
 (:class:`~companion.errors.CompanionError`) are printed as ``companion COMMAND: error: ...`` with exit code 2;
 anything else is a bug and keeps its traceback.
@@ -35,9 +37,11 @@ from .errors import CompanionError, RunError
 from .runs import (
     DEFAULTS_NOTE,
     SECTIONS,
+    ChooseAlphaConfig,
     EvaluateConfig,
     TranslateConfig,
     add_options,
+    choose_alpha_run,
     describe_weights,
     evaluate_run,
     given_options,
@@ -67,7 +71,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``companion`` argument parser with its three sub-commands (flags from the run configs' fields)."""
+    """The ``companion`` argument parser with its four sub-commands (flags from the run configs' fields)."""
     parser = argparse.ArgumentParser(
         formatter_class=_HelpFormatter,
         prog="companion",
@@ -113,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_options(evaluate, EvaluateConfig)
     evaluate.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    choose = sub.add_parser(
+        "choose-alpha",
+        formatter_class=_HelpFormatter,
+        help="choose beam search's length penalty on the validation split and record it in the checkpoint",
+        description="Translate the validation split of the run's corpus (or --src-file/--ref-file) once with beam "
+        "search, score the translations that each length penalty alpha of the grid picks (sacreBLEU BLEU; the "
+        "smaller alpha where two tie), and write the best into the checkpoint file, which translate and evaluate "
+        "then decode with unless --alpha is given. Never choose on a test set.",
+    )
+    add_options(choose, ChooseAlphaConfig)
+    choose.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return parser
 
 
@@ -169,7 +185,7 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
     else:
         stdout.write(
             f"{result['direction']} {result['split']} ({result['sentences']} sentences, beam "
-            f"{result['beam_size']}, alpha {result['alpha']}, {result['weights']})\n"
+            f"{result['beam_size']}, alpha {result['alpha']:g}: {result['decoding_from']}; {result['weights']})\n"
         )
         stdout.write(f"BLEU = {result['bleu']:.2f}  {result['bleu_signature']}\n")
         if result.get("tokenized_bleu") is not None:
@@ -180,6 +196,29 @@ def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
                 f"{result['tokenized_lowercased_bleu_signature']}\n"
             )
         stdout.write(f"chrF = {result['chrf']:.2f}  {result['chrf_signature']}\n")
+    stdout.flush()
+
+
+def _print_choice(result: dict, as_json: bool, stdout: TextIO) -> None:
+    if as_json:
+        stdout.write(json.dumps(result, indent=2) + "\n")
+        stdout.flush()
+        return
+    stdout.write(
+        f"{result['direction']} {result['chosen_on']} ({result['sentences']} sentences, beam {result['beam_size']}, "
+        f"{result['checkpoint']})\n"
+    )
+    stdout.write("alpha   BLEU   length/reference\n")
+    for alpha, bleu in result["bleu"].items():
+        mark = "  <- chosen" if float(alpha) == result["alpha"] else ""
+        stdout.write(f"{alpha:>5}  {bleu:6.2f}  {result['length_ratio'][alpha]:.3f}{mark}\n")
+    if result["recorded"]:
+        stdout.write(
+            f"recorded in {result['checkpoint']}: translate and evaluate decode it with beam {result['beam_size']}, "
+            f"alpha {result['alpha']:g} unless told otherwise\n"
+        )
+    else:
+        stdout.write("not recorded (--dry-run)\n")
     stdout.flush()
 
 
@@ -215,8 +254,16 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
     if args.command == "translate":
         config = TranslateConfig(**given_options(args, TranslateConfig))
         loaded = load_for_inference(config.weights(), config.device)
-        print(f"companion translate: using {describe_weights(loaded)}", file=sys.stderr)
+        search = config.search_options(loaded.checkpoint)
+        print(
+            f"companion translate: using {describe_weights(loaded)}, beam {search['beam_size']}, alpha "
+            f"{search['alpha']:g} ({config.search_origin(loaded.checkpoint)})",
+            file=sys.stderr,
+        )
         return _write_lines(translate_run(config, _read_lines(config.input, stdin), loaded=loaded), stdout)
+    if args.command == "choose-alpha":
+        _print_choice(choose_alpha_run(ChooseAlphaConfig(**given_options(args, ChooseAlphaConfig))), args.json, stdout)
+        return 0
     _print_evaluation(evaluate_run(EvaluateConfig(**given_options(args, EvaluateConfig))), args.json, stdout)
     return 0
 

@@ -16,6 +16,8 @@ Contents (a dict)::
     metrics                     latest training/validation numbers
     run_info                    how the run was started (data, command line)
     averaged_from               names of the checkpoints averaged into this one (or absent)
+    decoding                    the beam search chosen for these weights: {"beam_size", "alpha", how they were
+                                chosen} (or absent; ``companion choose-alpha`` writes it with record_decoding)
     content_sha256              digest of every tensor's bytes and of the metadata, checked on load
 
 Atomicity: :func:`atomic_save` writes to a temporary file in the destination folder, flushes it to disk and
@@ -42,6 +44,7 @@ from .load import (
     load_checkpoint,
     load_model_weights,
     model_from_checkpoint,
+    record_decoding,
     tokenizers_from_checkpoint,
 )
 from .validate import CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, check_checkpoint, nonfinite_tensors
@@ -66,4 +69,5 @@ __all__ = [
     "nonfinite_tensors",
     "prune_checkpoints",
     "average_checkpoints",
+    "record_decoding",
 ]

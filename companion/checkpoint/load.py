@@ -18,8 +18,8 @@ from ..model import Transformer
 from .archive import _check_archive, _unreadable
 from .files import list_checkpoints
 from .model_fit import check_model_config
-from .validate import CHECKPOINT_FORMAT, check_checkpoint
-from .write import _tokenizer_dicts
+from .validate import CHECKPOINT_FORMAT, check_checkpoint, check_decoding_entry
+from .write import _tokenizer_dicts, write_checkpoint
 
 
 def load_checkpoint(
@@ -50,6 +50,23 @@ def load_checkpoint(
     except CheckpointError as error:
         raise CheckpointError(_about(path, str(error))) from None
     return checkpoint
+
+
+def record_decoding(path: str | os.PathLike, decoding: Mapping[str, Any]) -> Path:
+    """Record in the checkpoint file ``path`` the beam search chosen for its weights, as its ``decoding`` entry:
+    ``beam_size``, ``alpha`` and whatever says how they were chosen (plain values; an earlier entry is replaced).
+
+    Everything else in the file stays as it was; the digest is renewed and the file replaced atomically (a
+    failure leaves it untouched). ``companion translate`` and ``companion evaluate`` decode with the recorded
+    setting unless told otherwise. Raises :class:`~companion.errors.CheckpointError` for a file that
+    :func:`load_checkpoint` refuses or a ``decoding`` without a valid ``beam_size`` and ``alpha``.
+    """
+    path = Path(path)
+    check_decoding_entry(decoding)
+    checkpoint = load_checkpoint(path)
+    checkpoint["decoding"] = dict(decoding)
+    checkpoint.pop("content_sha256", None)
+    return write_checkpoint(checkpoint, path)
 
 
 def _about(path: Path, message: str) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..decode.limits import MAX_ALPHA, MAX_BEAM_SIZE
 from ..errors import CheckpointError
 from ..model import TransformerConfig
 from .model_fit import _check_tokenizers, _check_weights_fit, _describe, check_model_config
@@ -126,6 +127,7 @@ _OPTIONAL_ENTRIES = {
     "metrics": "training numbers",
     "run_info": "how the run was started",
     "averaged_from": "file names",
+    "decoding": "the beam search chosen for these weights",
     "content_sha256": "the digest",
 }
 _TRAINER_STATE_ENTRIES = ("state", "optimizer", "scheduler", "rng", "world_size")
@@ -201,10 +203,25 @@ def _check_entries(checkpoint: Mapping[str, Any]) -> TransformerConfig:
         raise CheckpointError(f"the entry 'averaged_from' must be a list of file names, got {_describe(names)}")
     if checkpoint.get("trainer_state") is not None:
         _check_trainer_state(checkpoint["trainer_state"], checkpoint["step"])
+    if "decoding" in checkpoint:
+        check_decoding_entry(checkpoint["decoding"])
     config = check_model_config(checkpoint["model_config"])
     _check_weights_fit(config, checkpoint["model_state"])
     _check_tokenizers(checkpoint.get("tokenizers"), config)
     return config
+
+
+def check_decoding_entry(decoding: Any) -> None:
+    """The ``decoding`` entry: a dict whose ``beam_size`` is a whole number in ``[1, MAX_BEAM_SIZE]`` and whose
+    ``alpha`` is a number in ``[0, MAX_ALPHA]`` (the rest, how they were chosen, is free)."""
+    _check_dict("decoding", decoding)
+    beam_size, alpha = decoding.get("beam_size"), decoding.get("alpha")
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or not 1 <= beam_size <= MAX_BEAM_SIZE:
+        raise CheckpointError(
+            f"the entry 'decoding' must hold a beam_size from 1 to {MAX_BEAM_SIZE}, got {_describe(beam_size)}"
+        )
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= MAX_ALPHA:
+        raise CheckpointError(f"the entry 'decoding' must hold an alpha from 0 to {MAX_ALPHA}, got {_describe(alpha)}")
 
 
 def _check_count(where: str, value: Any) -> None:

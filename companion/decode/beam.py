@@ -279,13 +279,26 @@ def _beam(
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[Finished]:
     """:func:`beam_search` on checked inputs: the best finished hypothesis per sentence."""
+    finished = _beam_finished(model, src, beam_size, max_extra_len, bos_id, eos_id, on_step=on_step)
+    return [best_hypothesis(hypotheses, alpha) for hypotheses in finished]
+
+
+def _beam_finished(
+    model: Transformer,
+    src: torch.Tensor,
+    beam_size: int,
+    max_extra_len: int,
+    bos_id: int,
+    eos_id: int,
+    on_step: Callable[[BeamStepRecord], None] | None = None,
+) -> list[list[Finished]]:
+    """Every sentence's finished hypotheses (:func:`search_beam` over the model, on checked inputs). Which
+    hypotheses finish does not depend on ``alpha``: it only ranks them (:func:`best_hypothesis`), so one search
+    serves every ``alpha``."""
     with eval_mode(model):
         step = model_step(model, src, bos_id=bos_id, copies=beam_size)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
-        finished = search_beam(
-            step, limits, beam_size, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step
-        )
-    return [best_hypothesis(hypotheses, alpha) for hypotheses in finished]
+        return search_beam(step, limits, beam_size, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step)
 
 
 @torch.no_grad()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import overload
+from collections.abc import Callable, Sequence
+from typing import TypeVar, overload
 
 import torch
 
@@ -12,9 +12,11 @@ from .._validation import check_integer, check_number, check_positive_int
 from ..data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
 from ..devices import resolve_device
 from ..model import Transformer
-from .beam import _beam
+from .beam import Finished, _beam_finished, best_hypothesis
 from .greedy import _greedy
 from .limits import _MAX_EXTRA_LEN, MAX_ALPHA, _check_id_lists, check_beam_size
+
+_T = TypeVar("_T")
 
 
 def _check_translation_options(
@@ -125,22 +127,94 @@ def _decode_sources(
     eos_id: int,
 ) -> list[list[int]]:
     """Decode checked source id lists in length-sorted batches; the outputs in the order of ``rows``."""
+    if beam_size == 1:
+        return _in_batches(
+            model, rows, batch_size, device, lambda src: _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
+        )
+    found = _in_batches(
+        model,
+        rows,
+        batch_size,
+        device,
+        lambda src: _beam_finished(model, src, beam_size, _MAX_EXTRA_LEN, bos_id, eos_id),
+    )
+    return [list(best_hypothesis(hypotheses, alpha).tokens) for hypotheses in found]
+
+
+def _in_batches(
+    model: Transformer,
+    rows: list[list[int]],
+    batch_size: int,
+    device: torch.device | str | None,
+    search: Callable[[torch.Tensor], list[_T]],
+) -> list[_T]:
+    """``search`` over checked source id lists in length-sorted batches (``src [batch, n]``, right-padded, on
+    ``device``: default where the model is); one result per source, in the order of ``rows``."""
     device = resolve_device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
-    outputs: list[list[int]] = [[] for _ in rows]
+    outputs: list[_T | None] = [None] * len(rows)
     with torch.inference_mode():  # the searches' own mode (see greedy_decode)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
-            if beam_size == 1:
-                hypotheses = _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
-            else:
-                best = _beam(model, src, beam_size, alpha, _MAX_EXTRA_LEN, bos_id, eos_id)
-                hypotheses = [list(hypothesis.tokens) for hypothesis in best]
-            for i, hypothesis in zip(chunk, hypotheses):
-                outputs[i] = hypothesis
-    return outputs
+            for i, result in zip(chunk, search(src)):
+                outputs[i] = result
+    return outputs  # type: ignore[return-value]  # every position was filled
+
+
+def translate_alphas(
+    model: Transformer,
+    sentences: Sequence[str],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    *,
+    alphas: Sequence[float],
+    beam_size: int = 4,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+) -> dict[float, list[str]]:
+    """:func:`translate` at several length penalties for the price of one search: ``{alpha: translations}``.
+
+    In this beam search ``alpha`` only ranks the finished hypotheses (which ones finish does not depend on it),
+    so one search keeps every sentence's finished hypotheses and each ``alpha`` picks its winner among them:
+    ``result[a]`` equals ``translate(..., beam_size=beam_size, alpha=a)``. ``alphas`` holds distinct numbers in
+    ``[0, MAX_ALPHA]``; with ``beam_size=1`` (greedy search) every ``alpha`` gives the same translations. For
+    choosing ``alpha`` on a validation split (:func:`companion.evaluate.choose_alpha`).
+    """
+    if isinstance(sentences, str) or not isinstance(sentences, Sequence):
+        raise TypeError(f"sentences must be a list of strings, got {type(sentences).__name__}")
+    if not isinstance(tgt_tokenizer, Tokenizer):
+        raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
+    checked = check_alphas(alphas)
+    bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
+    _check_translation_options(model, beam_size, checked[0], batch_size, bos_id, eos_id)
+    sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
+    if beam_size == 1:
+        greedy = _decode_sources(model, sources, 1, checked[0], batch_size, device, bos_id, eos_id)
+        return {alpha: [tgt_tokenizer.decode(ids) for ids in greedy] for alpha in checked}
+    found: list[list[Finished]] = _in_batches(
+        model,
+        sources,
+        batch_size,
+        device,
+        lambda src: _beam_finished(model, src, beam_size, _MAX_EXTRA_LEN, bos_id, eos_id),
+    )
+    return {
+        alpha: [tgt_tokenizer.decode(list(best_hypothesis(hypotheses, alpha).tokens)) for hypotheses in found]
+        for alpha in checked
+    }
+
+
+def check_alphas(alphas: object) -> list[float]:
+    """``alphas`` as a list of floats: a non-empty sequence of distinct numbers in ``[0, MAX_ALPHA]``."""
+    if isinstance(alphas, (str, bytes)) or not isinstance(alphas, Sequence) or not alphas:
+        raise ValueError(f"alphas must be a non-empty list of numbers in [0, {MAX_ALPHA}], got {alphas!r:.80}")
+    checked = [check_number(f"alphas[{i}]", alpha, low=0, high=MAX_ALPHA) for i, alpha in enumerate(alphas)]
+    repeated = sorted({alpha for alpha in checked if checked.count(alpha) > 1})
+    if repeated:
+        raise ValueError(f"alphas must be distinct, got {repeated[0]} more than once")
+    return checked
 
 
 def _encode_sources(sentences: list[str], tokenizer: Tokenizer, max_len: int) -> list[list[int]]:

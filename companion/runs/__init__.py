@@ -22,7 +22,9 @@ The package's modules, each one job:
   optionally ``averaged.pt``;
 * ``companion.runs.infer`` -- :func:`translate_run` (``companion translate``), :func:`evaluate_run`
   (``companion evaluate``: BLEU and chrF on a Multi30k split), and :func:`load_for_inference` /
-  :func:`resolve_checkpoint` (a model and its tokenizers from a checkpoint or a run folder).
+  :func:`resolve_checkpoint` (a model and its tokenizers from a checkpoint or a run folder);
+* ``companion.runs.choose`` -- :func:`choose_alpha_run` (``companion choose-alpha``): beam search's length
+  penalty chosen on the validation split and recorded in the checkpoint, which translate and evaluate then use.
 
 Errors a user can cause are :class:`~companion.errors.ConfigError` (a bad option value, naming the option) and
 :class:`~companion.errors.RunError` (a folder, resume or checkpoint that does not work out).
@@ -31,6 +33,7 @@ Errors a user can cause are :class:`~companion.errors.ConfigError` (a bad option
 from __future__ import annotations
 
 from ..options import option, option_fields
+from .choose import ChooseAlphaConfig, choose_alpha_run
 from .config import DEFAULTS_NOTE, SECTIONS, DataConfig, ModelOptions, RunConfig
 from .folder import RUN_ARTIFACTS, RunFolder, prepare_out_dir
 from .identity import RunData, build_run_data, build_tokenizers, check_same_data, data_identity
@@ -78,4 +81,6 @@ __all__ = [
     "InferenceModel",
     "translate_run",
     "evaluate_run",
+    "ChooseAlphaConfig",
+    "choose_alpha_run",
 ]

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .._validation import check_integer, check_number
 from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
@@ -21,7 +21,7 @@ from ..devices import keep_freed_memory, resolve_device
 from ..errors import ConfigError, DataError, RunError
 from ..evaluate import evaluate_translation, tokenized_bleu
 from ..options import check_declared, label, option
-from ..pretrained import DIRECTIONS, SHIPPED_ALPHA, pretrained_path
+from ..pretrained import DIRECTIONS, SHIPPED_ALPHA, SHIPPED_BEAM_SIZE, pretrained_path
 from .config import DataConfig, RunConfig
 from .identity import evaluation_pairs
 
@@ -35,6 +35,7 @@ __all__ = [
     "describe_weights",
     "translate_run",
     "evaluate_run",
+    "scoring_pairs",
 ]
 
 
@@ -42,7 +43,9 @@ __all__ = [
 # batch x beam hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust
 # memory.
 MAX_BATCH_SIZE = 10000
-# The length penalty of the paper (its section 6.1): the default alpha, except for the shipped models (SHIPPED_ALPHA).
+# The beam search of the paper (its section 6.1): the default where neither the command line nor the checkpoint
+# (companion choose-alpha) says otherwise, and except for the shipped models (SHIPPED_BEAM_SIZE, SHIPPED_ALPHA).
+PAPER_BEAM_SIZE = 4
 PAPER_ALPHA = 0.6
 # Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
 CHARACTERS_PER_TOKEN = 64
@@ -64,11 +67,17 @@ class _InferenceOptions:
         metavar="DIRECTION",
         choices=sorted(DIRECTIONS),
     )
-    beam_size: int = option(4, "beam width; 1 = greedy decoding (default: {default}, as in the paper)", metavar="K")
+    beam_size: int | None = option(
+        None,
+        f"beam width; 1 = greedy decoding (default: the checkpoint's recorded setting (companion choose-alpha), else "
+        f"{PAPER_BEAM_SIZE}, as in the paper; with --pretrained, {SHIPPED_BEAM_SIZE})",
+        metavar="K",
+    )
     alpha: float | None = option(
         None,
-        f"length penalty alpha of beam search (default: {PAPER_ALPHA}, as in the paper; with --pretrained, "
-        f"{SHIPPED_ALPHA}, the shipped models' setting chosen on their validation split)",
+        f"length penalty alpha of beam search (default: the checkpoint's recorded setting, chosen on its validation "
+        f"split by companion choose-alpha, else {PAPER_ALPHA}, as in the paper; with --pretrained, {SHIPPED_ALPHA}, "
+        "the shipped models' setting chosen on their validation split)",
         metavar="A",
     )
     batch_size: int = option(64, "sentences decoded together (default: {default})", metavar="N")
@@ -88,10 +97,14 @@ class _InferenceOptions:
         if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
         for name, largest in (("beam_size", MAX_BEAM_SIZE), ("batch_size", MAX_BATCH_SIZE)):
-            check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
-        if self.alpha is None:
-            self.alpha = PAPER_ALPHA if self.pretrained is None else SHIPPED_ALPHA
-        self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
+            if getattr(self, name) is not None:
+                check_integer(label(cls, name), getattr(self, name), minimum=1, maximum=largest, error=ConfigError)
+        self._given = tuple(name for name in ("beam_size", "alpha") if getattr(self, name) is not None)
+        if self.pretrained is not None:  # the shipped files are pinned by their SHA-256: their setting lives here
+            self.beam_size = SHIPPED_BEAM_SIZE if self.beam_size is None else self.beam_size
+            self.alpha = SHIPPED_ALPHA if self.alpha is None else self.alpha
+        if self.alpha is not None:
+            self.alpha = check_number(label(cls, "alpha"), self.alpha, low=0, high=MAX_ALPHA, error=ConfigError)
         if not isinstance(self.device, str):
             raise ConfigError(f"{label(cls, 'device')} must be a string, got {self.device!r}")
 
@@ -104,9 +117,30 @@ class _InferenceOptions:
         assert self.checkpoint is not None
         return self.checkpoint
 
-    def search_options(self) -> dict[str, Any]:
-        """The search's options as ``translate`` and ``evaluate_translation`` take them (beam, alpha, batch)."""
-        return {"beam_size": self.beam_size, "alpha": self.alpha, "batch_size": self.batch_size}
+    def search_options(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+        """The search's options as ``translate`` and ``evaluate_translation`` take them (beam, alpha, batch), for
+        the loaded ``checkpoint``: each of ``beam_size`` and ``alpha`` as given, else as the checkpoint's
+        ``decoding`` entry records it (``companion choose-alpha``), else the paper's."""
+        recorded = checkpoint.get("decoding") or {}
+        return {
+            "beam_size": self.beam_size if self.beam_size is not None else recorded.get("beam_size", PAPER_BEAM_SIZE),
+            "alpha": self.alpha if self.alpha is not None else recorded.get("alpha", PAPER_ALPHA),
+            "batch_size": self.batch_size,
+        }
+
+    def search_origin(self, checkpoint: dict[str, Any]) -> str:
+        """Where the search's beam size and alpha come from, in words (for the commands' reports)."""
+        if len(self._given) == 2:
+            return "given"
+        if self.pretrained is not None:
+            source = "the shipped models' setting"
+        elif checkpoint.get("decoding"):
+            source = (
+                f"chosen on {checkpoint['decoding'].get('chosen_on', 'a held-out split')}, recorded in the checkpoint"
+            )
+        else:
+            source = "the paper's"
+        return f"{self._given[0]} given, the rest {source}" if self._given else source
 
 
 @dataclass
@@ -246,7 +280,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     keep_freed_memory()  # companion._allocator: faster decoding steps on CPU
     if loaded is None:
         loaded = load_for_inference(config.weights(), config.device)
-    model, src_tok, tgt_tok, _, device, _ = loaded
+    model, src_tok, tgt_tok, checkpoint, device, _ = loaded
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, str):
             raise RunError(f"translate: line {number} must be a str, got {type(line).__name__}")
@@ -265,7 +299,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
             [_usable_part(lines[i].strip(), i + 1, model.config.max_len) for i in wanted],
             src_tok,
             tgt_tok,
-            **config.search_options(),
+            **config.search_options(checkpoint),
             device=device,
         )
         for i, text in zip(wanted, translations):
@@ -308,7 +342,31 @@ def checkpoint_languages(checkpoint: dict[str, Any]) -> tuple[str, str]:
     return str(found[0]), str(found[1])
 
 
-def _pairs_to_score(config: EvaluateConfig, run_info: dict[str, Any], src: str, tgt: str) -> tuple[str, list]:
+class ScoringOptions(Protocol):
+    """What :func:`scoring_pairs` reads of a command's options (``EvaluateConfig``, ``ChooseAlphaConfig``)."""
+
+    split: str
+    data_dir: str | None
+    src_file: str | None
+    ref_file: str | None
+    limit: int | None
+
+
+def scoring_pairs(config: ScoringOptions, checkpoint: dict[str, Any], command: str) -> tuple[str, str, str, list]:
+    """``(src, tgt, what, pairs)``: the checkpoint's direction and the ``(source, reference)`` pairs that
+    ``config`` names (a split of the run's corpus, or ``--src-file``/``--ref-file``; the first ``limit``), for
+    ``command`` to score. A RunError for a checkpoint of a synthetic task or one that records no direction."""
+    run_info = checkpoint.get("run_info") or {}
+    if run_info.get("task", "translation") not in ("translation", "multi30k"):  # multi30k: before 0.3
+        raise RunError(
+            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; {command} scores translations"
+        )
+    src, tgt = checkpoint_languages(checkpoint)
+    what, pairs = _pairs_to_score(config, run_info, src, tgt)
+    return src, tgt, what, pairs if config.limit is None else pairs[: config.limit]
+
+
+def _pairs_to_score(config: ScoringOptions, run_info: dict[str, Any], src: str, tgt: str) -> tuple[str, list]:
     """``(what, pairs)``: the files or the split of the run's corpus that ``config`` names."""
     if config.src_file is not None:
         assert config.ref_file is not None
@@ -344,29 +402,16 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     (sacreBLEU on detokenized text), ``tokenized_bleu``, ``tokenized_bleu_signature``,
     ``tokenized_lowercased_bleu`` and its signature (see :func:`companion.evaluate.tokenized_bleu`), ``chrf``,
     ``chrf_signature``, ``hypotheses``, ``direction``,
-    ``split``, ``sentences``, ``beam_size``, ``alpha``, ``checkpoint``, ``step`` and ``decode_seconds``.
+    ``split``, ``sentences``, ``beam_size``, ``alpha``, ``decoding_from`` (where those two come from),
+    ``checkpoint``, ``step`` and ``decode_seconds``.
     """
     keep_freed_memory()  # companion._allocator: faster decoding steps on CPU
     loaded = load_for_inference(config.weights(), config.device)
     model, src_tok, tgt_tok, checkpoint, target, weights = loaded
-    run_info = checkpoint.get("run_info") or {}
-    if run_info.get("task", "translation") not in ("translation", "multi30k"):  # multi30k: before 0.3
-        raise RunError(
-            f"the checkpoint was trained on the synthetic task {run_info['task']!r}; evaluate scores translations"
-        )
-    src, tgt = checkpoint_languages(checkpoint)
-    split, pairs = _pairs_to_score(config, run_info, src, tgt)
-    if config.limit is not None:
-        pairs = pairs[: config.limit]
+    src, tgt, split, pairs = scoring_pairs(config, checkpoint, "evaluate")
     started = time.time()
-    result = evaluate_translation(
-        model,
-        pairs,
-        src_tok,
-        tgt_tok,
-        **config.search_options(),
-        device=target,
-    )
+    search = config.search_options(checkpoint)
+    result = evaluate_translation(model, pairs, src_tok, tgt_tok, **search, device=target)
     references = [t for _, t in pairs]
     tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], references, tgt)
     lc_bleu, lc_signature = _tokenized_bleu(result["hypotheses"], references, tgt, lowercase=True)
@@ -383,8 +428,9 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         "direction": f"{src}->{tgt}",
         "split": split,
         "sentences": len(pairs),
-        "beam_size": config.beam_size,
-        "alpha": config.alpha,
+        "beam_size": search["beam_size"],
+        "alpha": search["alpha"],
+        "decoding_from": config.search_origin(checkpoint),
         "checkpoint": str(weights),
         "weights": describe_weights(loaded),
         "step": checkpoint.get("step"),

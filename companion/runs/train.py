@@ -103,7 +103,7 @@ def train_run(
             summary.update(_average_last_checkpoints(config, out))
         summary["wall_seconds"] = time.time() - started
         if rank == 0:
-            _print_summary(summary, stream)
+            _print_summary(summary, stream, out if config.data.task == TRANSLATION else None)
         return summary
     except BaseException:
         if folder is not None:
@@ -323,7 +323,8 @@ def _source_name(data: Any) -> str:
     return f"files {Path(data.train_files[0]).name}..." if data.train_files else f"folder {data.data_dir}"
 
 
-def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
+def _print_summary(summary: Mapping[str, Any], stream: TextIO, translation_run: Path | None = None) -> None:
+    """The last line of a run; for a translation run (``translation_run``: its folder) the next step too."""
     valid = summary.get("valid") or {}
     ppl = f" valid_ppl={valid['valid_ppl']:.2f}" if valid else ""
     print(
@@ -334,3 +335,10 @@ def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
         file=stream,
         flush=True,
     )
+    if translation_run is not None:
+        print(
+            f"companion train: next, choose beam search's length penalty on the validation split: "
+            f"companion choose-alpha --checkpoint {translation_run}",
+            file=stream,
+            flush=True,
+        )

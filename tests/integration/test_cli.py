@@ -46,7 +46,7 @@ def subcommand_parsers():
     return sub.choices
 
 
-@pytest.mark.parametrize("command", ["train", "translate", "evaluate"])
+@pytest.mark.parametrize("command", ["train", "translate", "evaluate", "choose-alpha"])
 def test_help_documents_every_flag(command, capsys):
     parser = subcommand_parsers()[command]
     with pytest.raises(SystemExit) as exit_info:

@@ -17,9 +17,9 @@ import companion
 from companion.checkpoint import list_checkpoints, load_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main, split_lines
 from companion.errors import ConfigError, RunError
-from companion.pretrained import SHIPPED_ALPHA, pretrained_path
+from companion.pretrained import SHIPPED_ALPHA, SHIPPED_BEAM_SIZE, pretrained_path
 from companion.runs import EvaluateConfig, TranslateConfig, load_for_inference, translate_run
-from companion.runs.infer import PAPER_ALPHA
+from companion.runs.infer import PAPER_ALPHA, PAPER_BEAM_SIZE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,11 +39,23 @@ def test_alpha_must_be_finite_and_sensible(value):
 
 
 @pytest.mark.parametrize("config_class", [TranslateConfig, EvaluateConfig])
-def test_alpha_defaults_to_the_papers_and_to_the_shipped_models_own_with_pretrained(config_class):
-    assert config_class(checkpoint="x.pt").alpha == PAPER_ALPHA == 0.6
-    assert config_class(pretrained="de-en").alpha == SHIPPED_ALPHA != PAPER_ALPHA
-    assert config_class(pretrained="en-de", alpha=1.0).alpha == 1.0  # a value given is kept
-    assert config_class(checkpoint="x.pt", alpha=0).alpha == 0
+def test_the_search_is_the_given_else_the_checkpoints_recorded_else_the_papers(config_class):
+    recorded = {"decoding": {"beam_size": 6, "alpha": 1.5, "chosen_on": "valid"}}
+    plain = config_class(checkpoint="x.pt")
+    assert plain.search_options({}) == {"beam_size": PAPER_BEAM_SIZE, "alpha": PAPER_ALPHA, "batch_size": 64}
+    assert (PAPER_BEAM_SIZE, PAPER_ALPHA) == (4, 0.6) and plain.search_origin({}) == "the paper's"
+    assert plain.search_options(recorded) == {"beam_size": 6, "alpha": 1.5, "batch_size": 64}
+    assert plain.search_origin(recorded) == "chosen on valid, recorded in the checkpoint"
+    given = config_class(checkpoint="x.pt", alpha=0)
+    assert given.search_options(recorded)["alpha"] == 0 and given.search_options(recorded)["beam_size"] == 6
+    assert given.search_origin(recorded) == "alpha given, the rest chosen on valid, recorded in the checkpoint"
+    both = config_class(checkpoint="x.pt", alpha=1.0, beam_size=2)
+    assert both.search_options(recorded)["alpha"] == 1.0 and both.search_origin(recorded) == "given"
+    shipped = config_class(pretrained="de-en")
+    assert shipped.search_options({})["alpha"] == SHIPPED_ALPHA != PAPER_ALPHA
+    assert shipped.search_options({})["beam_size"] == SHIPPED_BEAM_SIZE
+    assert shipped.search_origin({}) == "the shipped models' setting"
+    assert config_class(pretrained="en-de", alpha=1.0).search_options({})["alpha"] == 1.0  # a value given is kept
 
 
 @pytest.mark.parametrize("flag, value", [("--alpha", "nan"), ("--alpha", "-0.5"), ("--beam-size", "0")])

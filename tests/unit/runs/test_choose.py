@@ -1,0 +1,79 @@
+"""``companion choose-alpha``: its options, the choice written into the checkpoint, and translate and evaluate
+decoding with it afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _run_helpers import COPY, train_words, write_corpus
+
+from companion.checkpoint import load_checkpoint
+from companion.cli import main
+from companion.errors import ConfigError
+from companion.evaluate import ALPHA_GRID
+from companion.runs import ChooseAlphaConfig, resolve_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"beam_size": 1}, r"beam_size \(--beam-size\)"),
+        ({"alphas": ["1", "x"]}, r"alphas \(--alphas\) must be numbers, got 'x'"),
+        ({"alphas": ["1", "1.0"]}, r"alphas \(--alphas\).*distinct"),
+        ({"alphas": [0.6, 11]}, r"alphas \(--alphas\).*alphas\[1\]"),
+        ({"alphas": []}, r"alphas \(--alphas\).*non-empty"),
+        ({"split": "test"}, r"split \(--split\)"),
+        ({"src_file": "a.de"}, "--src-file and --ref-file go together"),
+        ({"limit": 0}, r"limit \(--limit\)"),
+    ],
+)
+def test_bad_options_are_refused_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        ChooseAlphaConfig(**{"checkpoint": "x.pt", **overrides})
+
+
+def test_the_grid_defaults_to_the_libraries_and_words_become_numbers():
+    assert ChooseAlphaConfig(checkpoint="x.pt").alphas == list(ALPHA_GRID)
+    assert ChooseAlphaConfig(checkpoint="x.pt", alphas=["0.5", "2"]).alphas == [0.5, 2.0]
+
+
+def test_choose_alpha_records_the_choice_and_evaluate_uses_it(tmp_path, capsys):
+    data, out = write_corpus(tmp_path / "data"), tmp_path / "run"
+    assert train_words(data, out, 30, "--src", "en", "--tgt", "de") == 0
+    assert f"companion choose-alpha --checkpoint {out}" in capsys.readouterr().out  # train names the next step
+    weights = resolve_checkpoint(out)
+    assert "decoding" not in load_checkpoint(weights)
+
+    before = weights.read_bytes()
+    assert main(["choose-alpha", "--checkpoint", str(out), "--alphas", "0", "1", "3", "--dry-run", "--json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["recorded"] is False and weights.read_bytes() == before
+
+    assert main(["choose-alpha", "--checkpoint", str(out), "--alphas", "0", "1", "3"]) == 0
+    text = capsys.readouterr().out
+    recorded = load_checkpoint(weights)["decoding"]
+    assert recorded["alpha"] == dry["alpha"] in (0, 1, 3) and recorded["beam_size"] == 4
+    assert recorded["chosen_on"] == "valid" and recorded["sentences"] == 40 and set(recorded["bleu"]) == {"0", "1", "3"}
+    best = max(recorded["bleu"].values())
+    assert recorded["alpha"] == min(float(a) for a, b in recorded["bleu"].items() if b == best)
+    assert f"recorded in {weights}" in text and "<- chosen" in text
+
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["alpha"] == recorded["alpha"] and evaluated["beam_size"] == 4
+    assert evaluated["decoding_from"] == "chosen on valid, recorded in the checkpoint"
+    assert evaluated["bleu"] == pytest.approx(recorded["bleu"][f"{recorded['alpha']:g}"], abs=0.005)
+    other = 3 if recorded["alpha"] != 3 else 0
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--alpha", str(other), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["alpha"] == other  # a given alpha wins over the record
+
+
+def test_a_synthetic_task_checkpoint_is_refused(tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert main([*COPY, "--max-steps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["choose-alpha", "--checkpoint", str(out)]) == 2
+    assert "synthetic task" in capsys.readouterr().err
