@@ -29,10 +29,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _common import results_stem, write_results  # noqa: E402
 from pretrained_compare import BEAM, paired_test, translate_command, validation_outputs  # noqa: E402
 
+from companion.evaluate import ALPHA_GRID  # noqa: E402
 from companion.runs.infer import PAPER_ALPHA  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ALPHAS = (0.6, 1.0, 1.5, 2.0, 2.5, 3.0)
+ALPHAS = ALPHA_GRID  # companion choose-alpha's grid
 DIRECTIONS = ("de-en", "en-de")
 
 

@@ -7,10 +7,12 @@ import argparse
 import gzip
 import json
 import pathlib
+import shutil
 import sys
 
 import pytest
 
+from companion.checkpoint import load_checkpoint
 from companion.pretrained import pretrained_path
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -63,3 +65,50 @@ def test_attach_lowercased_adds_the_score_only_where_the_recorded_bleu_is_reprod
     attached = json.loads(good.read_text())["results"]["de-en"]
     assert 0.0 <= attached["tokenized_lowercased_bleu"] <= 100.0
     assert "case:lc" in attached["tokenized_lowercased_bleu_signature"]
+
+
+def small_multi30k(folder: pathlib.Path) -> pathlib.Path:
+    folder.mkdir()
+    pairs = [
+        ("Ein Hund rennt.", "A dog runs."),
+        ("Zwei Männer reden.", "Two men talk."),
+        ("Ein Kind spielt.", "A child plays."),
+    ]
+    for stem in ("val", "test_2016_flickr"):
+        for lang, side in (("de", 0), ("en", 1)):
+            with gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("\n".join(pair[side] for pair in pairs) + "\n")
+    return folder
+
+
+def test_rescore_chooses_alpha_on_valid_and_keeps_the_training_fields(tmp_path):
+    data = small_multi30k(tmp_path / "data")
+    checkpoint = tmp_path / "de-en.pt"
+    shutil.copyfile(pretrained_path("de-en"), checkpoint)  # choose-alpha writes its choice into the file
+    entry = {"checkpoint": str(checkpoint), "alpha": 1.0, "bleu": 12.34, "chrf": 50.0, "steps": 99, "target_bleu": 30.0}
+    results = tmp_path / "multi30k_cpu_x.json"
+    results.write_text(json.dumps({"device": "cpu", "date": "then", "results": {"de-en": entry}}))
+    args, _ = multi30k.parse_args(["--no-unseen", "--data-dir", str(data)])
+    multi30k.rescore([results], args)
+    record = json.loads(results.read_text())
+    rescored = record["results"]["de-en"]
+    choice = rescored["alpha_choice"]
+    assert rescored["alpha"] == choice["alpha"] == load_checkpoint(checkpoint)["decoding"]["alpha"]
+    assert choice["chosen_on"] == "valid" and choice["sentences"] == 3 and rescored["sentences"] == 3
+    assert rescored["rescored"]["previous"]["bleu"] == 12.34 and rescored["rescored"]["previous"]["alpha"] == 1.0
+    assert rescored["steps"] == 99 and record["date"] == "then"  # the training fields stay
+    assert rescored["meets_target"] == (rescored["bleu"] >= 30.0) and "hardware" in rescored["rescored"]
+
+
+def test_rescore_writes_nothing_when_a_checkpoint_is_missing(tmp_path):
+    results = tmp_path / "multi30k_cpu_x.json"
+    text = json.dumps({"device": "cpu", "results": {"de-en": {"checkpoint": str(tmp_path / "gone.pt")}}})
+    results.write_text(text)
+    with pytest.raises(SystemExit, match="is not here"):
+        multi30k.rescore([results], multi30k.parse_args([])[0])
+    assert results.read_text() == text
+
+
+def test_scoring_the_validation_split_needs_a_given_alpha():
+    with pytest.raises(SystemExit, match="give --alpha"):
+        multi30k.main(["--split", "valid", "--no-results"])

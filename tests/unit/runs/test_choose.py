@@ -48,11 +48,14 @@ def test_choose_alpha_records_the_choice_and_evaluate_uses_it(tmp_path, capsys):
     assert "decoding" not in load_checkpoint(weights)
 
     before = weights.read_bytes()
-    assert main(["choose-alpha", "--checkpoint", str(out), "--alphas", "0", "1", "3", "--dry-run", "--json"]) == 0
+    here = ["--data-dir", str(data)]  # not $COMPANION_DATA_DIR's Multi30k, which evaluate would prefer
+    assert (
+        main(["choose-alpha", "--checkpoint", str(out), *here, "--alphas", "0", "1", "3", "--dry-run", "--json"]) == 0
+    )
     dry = json.loads(capsys.readouterr().out)
     assert dry["recorded"] is False and weights.read_bytes() == before
 
-    assert main(["choose-alpha", "--checkpoint", str(out), "--alphas", "0", "1", "3"]) == 0
+    assert main(["choose-alpha", "--checkpoint", str(out), *here, "--alphas", "0", "1", "3"]) == 0
     text = capsys.readouterr().out
     recorded = load_checkpoint(weights)["decoding"]
     assert recorded["alpha"] == dry["alpha"] in (0, 1, 3) and recorded["beam_size"] == 4
@@ -61,13 +64,13 @@ def test_choose_alpha_records_the_choice_and_evaluate_uses_it(tmp_path, capsys):
     assert recorded["alpha"] == min(float(a) for a, b in recorded["bleu"].items() if b == best)
     assert f"recorded in {weights}" in text and "<- chosen" in text
 
-    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--json"]) == 0
+    assert main(["evaluate", "--checkpoint", str(out), *here, "--split", "valid", "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["alpha"] == recorded["alpha"] and evaluated["beam_size"] == 4
     assert evaluated["decoding_from"] == "chosen on valid, recorded in the checkpoint"
     assert evaluated["bleu"] == pytest.approx(recorded["bleu"][f"{recorded['alpha']:g}"], abs=0.005)
     other = 3 if recorded["alpha"] != 3 else 0
-    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--alpha", str(other), "--json"]) == 0
+    assert main(["evaluate", "--checkpoint", str(out), *here, "--split", "valid", "--alpha", str(other), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["alpha"] == other  # a given alpha wins over the record
 
 
