@@ -24,7 +24,7 @@ from ..devices import keep_freed_memory
 from ..errors import ConfigError
 from ..evaluate import ALPHA_GRID, choose_alpha
 from ..options import check_declared, label, option
-from .infer import MAX_BATCH_SIZE, PAPER_BEAM_SIZE, load_for_inference, scoring_pairs
+from .infer import MAX_BATCH_SIZE, PAPER_BEAM_SIZE, check_held_out_options, load_for_inference, scoring_pairs
 
 __all__ = ["ChooseAlphaConfig", "choose_alpha_run"]
 
@@ -76,12 +76,7 @@ class ChooseAlphaConfig:
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
         check_integer(label(cls, "beam_size"), self.beam_size, minimum=2, maximum=MAX_BEAM_SIZE, error=ConfigError)
         check_integer(label(cls, "batch_size"), self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=ConfigError)
-        if self.limit is not None:
-            check_integer(label(cls, "limit"), self.limit, minimum=1, error=ConfigError)
-        if (self.src_file is None) != (self.ref_file is None):
-            raise ConfigError("--src-file and --ref-file go together: the sentences and their references")
-        if self.src_file is not None and self.data_dir is not None:
-            raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
+        check_held_out_options(self)
         self.alphas = _alphas(label(cls, "alphas"), self.alphas)
 
 

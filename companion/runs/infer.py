@@ -177,12 +177,18 @@ class EvaluateConfig(_InferenceOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.limit is not None:
-            check_integer(label(EvaluateConfig, "limit"), self.limit, minimum=1, error=ConfigError)
-        if (self.src_file is None) != (self.ref_file is None):
-            raise ConfigError("--src-file and --ref-file go together: the sentences and their references")
-        if self.src_file is not None and self.data_dir is not None:
-            raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
+        check_held_out_options(self)
+
+
+def check_held_out_options(config: ScoringOptions) -> None:
+    """The checks of the options that name the sentences to score (``EvaluateConfig``, ``ChooseAlphaConfig``): a
+    positive ``limit``; ``src_file`` and ``ref_file`` together, and then no ``data_dir``."""
+    if config.limit is not None:
+        check_integer(label(type(config), "limit"), config.limit, minimum=1, error=ConfigError)
+    if (config.src_file is None) != (config.ref_file is None):
+        raise ConfigError("--src-file and --ref-file go together: the sentences and their references")
+    if config.src_file is not None and config.data_dir is not None:
+        raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
