@@ -6,7 +6,8 @@
 direction once with the CPU benchmark's setting (``bench/multi30k.py``'s, the CLI defaults) for ``--minutes``,
 writing a checkpoint every ``--fine`` minutes and keeping all of them; then, for each spacing in ``--spacings``
 (minutes), it averages the 5 checkpoints nearest to the end and to 1, 2, 3 and 4 spacings before it, and scores
-each average on the **validation** split (beam 4, alpha 1.0, as the benchmark scores). All averages come from the
+each average on the **validation** split (beam 4, alpha 1.0, as the benchmark scored until 2026-12-06; it now
+chooses alpha per model, and a fixed one keeps the averages comparable). All averages come from the
 same run, so they differ only in which weights are averaged. The test sets play no part.
 
 Writes ``bench/results/checkpoint_spacing_<tag>.json`` with the hardware, the command, each average's steps and
