@@ -53,6 +53,7 @@ __all__ = [
     "PretrainedModel",
     "load_pretrained",
     "pretrained_path",
+    "shipped_direction",
 ]
 
 PRETRAINED_DIR_ENV = "COMPANION_PRETRAINED_DIR"
@@ -204,6 +205,13 @@ def _check_shipped(path: Path, entry: dict[str, str]) -> None:
             "(it is downloaded again when needed) or replace it with the repository's pretrained/"
             f"{entry['file']}; to load a file of your own, pass path=..."
         )
+
+
+def shipped_direction(path: str | os.PathLike) -> str | None:
+    """The direction of the shipped model whose file ``path`` is (compared by SHA-256), else None: a command that
+    would write into a checkpoint (``companion choose-alpha``) refuses a shipped file, whose digest must stay."""
+    digest = _sha256(Path(path))
+    return next((entry["direction"] for entry in PRETRAINED_MODELS.values() if entry["sha256"] == digest), None)
 
 
 def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:

@@ -13,6 +13,7 @@ selection, not a measurement.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,10 @@ from .._version import __version__
 from ..checkpoint import record_decoding
 from ..decode import MAX_BEAM_SIZE, check_alphas
 from ..devices import keep_freed_memory
-from ..errors import ConfigError
+from ..errors import ConfigError, RunError
 from ..evaluate import ALPHA_GRID, choose_alpha
 from ..options import check_declared, label, option
+from ..pretrained import shipped_direction
 from .infer import MAX_BATCH_SIZE, PAPER_BEAM_SIZE, check_held_out_options, load_for_inference, scoring_pairs
 
 __all__ = ["ChooseAlphaConfig", "choose_alpha_run"]
@@ -72,6 +74,8 @@ class ChooseAlphaConfig:
     def __post_init__(self) -> None:
         cls = type(self)
         check_declared(self)
+        if isinstance(self.checkpoint, os.PathLike):
+            self.checkpoint = os.fspath(self.checkpoint)
         if not isinstance(self.checkpoint, str) or not self.checkpoint:
             raise ConfigError(f"{label(cls, 'checkpoint')} must be a path, got {self.checkpoint!r}")
         check_integer(label(cls, "beam_size"), self.beam_size, minimum=2, maximum=MAX_BEAM_SIZE, error=ConfigError)
@@ -104,6 +108,13 @@ def choose_alpha_run(config: ChooseAlphaConfig) -> dict[str, Any]:
     ``date`` and ``companion_version``) with ``checkpoint`` (the file), ``direction`` and ``recorded``."""
     keep_freed_memory()  # companion._allocator: faster decoding steps on CPU
     loaded = load_for_inference(config.checkpoint, config.device)
+    shipped = None if config.dry_run else shipped_direction(loaded.path)
+    if shipped is not None:  # before the search: nothing to record into
+        raise RunError(
+            f"{loaded.path} is the book's shipped {shipped} model, whose file is checked against its SHA-256 "
+            f"wherever it is found: its setting lives in companion.pretrained.SHIPPED_ALPHA instead. Record a "
+            "choice in a copy of the file, or pass --dry-run to see the choice only"
+        )
     src, tgt, what, pairs = scoring_pairs(config, loaded.checkpoint, "choose-alpha")
     choice = choose_alpha(
         loaded.model, pairs, loaded.src_tokenizer, loaded.tgt_tokenizer,

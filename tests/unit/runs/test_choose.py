@@ -12,6 +12,7 @@ from companion.checkpoint import load_checkpoint
 from companion.cli import main
 from companion.errors import ConfigError
 from companion.evaluate import ALPHA_GRID
+from companion.pretrained import pretrained_path, shipped_direction
 from companion.runs import ChooseAlphaConfig, resolve_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -80,3 +81,18 @@ def test_a_synthetic_task_checkpoint_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert main(["choose-alpha", "--checkpoint", str(out)]) == 2
     assert "synthetic task" in capsys.readouterr().err
+
+
+def test_a_shipped_model_file_is_never_rewritten(tmp_path, capsys):
+    shipped = pretrained_path("en-de")
+    original = shipped.read_bytes()
+    data = write_corpus(tmp_path / "data")  # en -> de pairs, Multi30k's layout
+    args = ["choose-alpha", "--checkpoint", str(shipped), "--data-dir", str(data), "--alphas", "0.6", "2"]
+    assert main(args) == 2
+    assert "shipped en-de model" in capsys.readouterr().err and shipped.read_bytes() == original
+    assert main([*args, "--dry-run", "--json"]) == 0  # looking is allowed
+    assert json.loads(capsys.readouterr().out)["recorded"] is False and shipped.read_bytes() == original
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(original)
+    assert shipped_direction(copy) == "en-de" and shipped_direction(resolve_checkpoint(tmp_path / "copy.pt"))
+    assert ChooseAlphaConfig(checkpoint=copy).checkpoint == str(copy)  # a path object is accepted
