@@ -10,7 +10,7 @@ log-likelihood per target token, padding excluded.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,7 @@ __all__ = [
     "ALPHA_GRID",
     "AlphaChoice",
     "choose_alpha",
+    "alpha_choice",
 ]
 
 # The length penalties choose_alpha tries by default: the paper's 0.6, then 1.0 and every half up to 3. At 0.6 the
@@ -223,12 +224,9 @@ def choose_alpha(
 
     ``pairs`` are ``(source, reference)`` texts of a held-out split: choose on the validation split and report
     the test set with the choice, never the other way round. One beam search serves every ``alpha``
-    (:func:`companion.decode.translate_alphas`); each ``alpha``'s translations are scored with sacreBLEU, and the
-    highest BLEU (rounded to 2 decimals, as reported) wins, the smaller ``alpha`` where two tie (the paper's
-    0.6 when the grid holds it and nothing beats it). Returns an :class:`AlphaChoice`.
+    (:func:`companion.decode.translate_alphas`); the translations are scored by :func:`alpha_choice`. Returns an
+    :class:`AlphaChoice`.
     """
-    BLEU = import_optional("sacrebleu.metrics", "scoring BLEU").BLEU
-
     pairs = list(pairs)
     if not pairs:
         raise ValueError("pairs must not be empty")
@@ -239,9 +237,25 @@ def choose_alpha(
         model, sources, src_tokenizer, tgt_tokenizer, alphas=checked, beam_size=beam_size, batch_size=batch_size,
         device=device,
     )  # fmt: skip
+    return alpha_choice(outputs, references, beam_size=beam_size)
+
+
+def alpha_choice(outputs: Mapping[float, Sequence[str]], references: Sequence[str], *, beam_size: int) -> AlphaChoice:
+    """Score each ``alpha``'s translations ``outputs[alpha]`` against ``references`` with sacreBLEU and choose:
+    the highest BLEU (rounded to 2 decimals, as reported) wins, the smaller ``alpha`` where two tie (the paper's 0.6
+    when the grid holds it and nothing beats it). ``beam_size`` is the search's, recorded with the choice. For
+    translations made elsewhere (``bench/multi30k_gpu.py`` decodes on a machine without sacreBLEU)."""
+    BLEU = import_optional("sacrebleu.metrics", "scoring BLEU").BLEU
+
+    if not isinstance(outputs, Mapping) or not outputs:
+        raise ValueError(f"outputs must map each alpha to its translations, got {outputs!r:.80}")
+    checked = check_alphas(list(outputs))
     metric = BLEU()
-    scores = {alpha: metric.corpus_score(outputs[alpha], [references]) for alpha in checked}
+    scores = {}
+    for alpha in checked:
+        hypotheses, refs = _check_corpus(outputs[alpha], references)
+        scores[alpha] = metric.corpus_score(hypotheses, [refs])
     bleu = {alpha: round(float(score.score), 2) for alpha, score in scores.items()}
     ratio = {alpha: round(score.sys_len / max(score.ref_len, 1), 3) for alpha, score in scores.items()}
     best = max(checked, key=lambda alpha: (bleu[alpha], -alpha))
-    return AlphaChoice(best, beam_size, bleu, ratio, len(pairs), str(metric.get_signature()))
+    return AlphaChoice(best, beam_size, bleu, ratio, len(references), str(metric.get_signature()))

@@ -41,7 +41,7 @@ from .beam import (
 from .greedy import GreedyStepRecord, greedy_decode, greedy_tie_gap, search_greedy
 from .limits import MAX_ALPHA, MAX_BEAM_SIZE, check_search_inputs, length_penalty, max_output_lengths
 from .steps import CachedStep, DecoderStep, ModelStep, RecomputeStep, model_step
-from .translate import check_alphas, translate, translate_alphas, translate_ids
+from .translate import check_alphas, translate, translate_alphas, translate_ids, translate_ids_alphas
 
 __all__ = [
     "MAX_ALPHA",
@@ -69,5 +69,6 @@ __all__ = [
     "translate",
     "translate_ids",
     "translate_alphas",
+    "translate_ids_alphas",
     "check_alphas",
 ]

@@ -190,20 +190,55 @@ def translate_alphas(
     bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
     _check_translation_options(model, beam_size, checked[0], batch_size, bos_id, eos_id)
     sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
+    found = _decode_sources_alphas(model, sources, checked, beam_size, batch_size, device, bos_id, eos_id)
+    return {alpha: [tgt_tokenizer.decode(ids) for ids in outputs] for alpha, outputs in found.items()}
+
+
+def translate_ids_alphas(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    *,
+    alphas: Sequence[float],
+    beam_size: int = 4,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> dict[float, list[list[int]]]:
+    """:func:`translate_ids` at several length penalties for the price of one search (as :func:`translate_alphas`,
+    on id lists ending in ``<eos>``): ``{alpha: output ids per source}``, each equal to ``translate_ids`` at that
+    ``alpha``. For machines without the tokenizers' libraries (``bench/multi30k_gpu.py``)."""
+    checked = check_alphas(alphas)
+    _check_translation_options(model, beam_size, checked[0], batch_size, bos_id, eos_id)
+    rows = _check_id_lists("sources", sources, model.config.src_vocab_size)
+    for i, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
+    return _decode_sources_alphas(model, rows, checked, beam_size, batch_size, device, bos_id, eos_id)
+
+
+def _decode_sources_alphas(
+    model: Transformer,
+    rows: list[list[int]],
+    alphas: list[float],
+    beam_size: int,
+    batch_size: int,
+    device: torch.device | str | None,
+    bos_id: int,
+    eos_id: int,
+) -> dict[float, list[list[int]]]:
+    """One search over checked source id lists; each alpha's winners, in the order of ``rows``."""
     if beam_size == 1:
-        greedy = _decode_sources(model, sources, 1, checked[0], batch_size, device, bos_id, eos_id)
-        return {alpha: [tgt_tokenizer.decode(ids) for ids in greedy] for alpha in checked}
+        greedy = _decode_sources(model, rows, 1, alphas[0], batch_size, device, bos_id, eos_id)
+        return {alpha: [list(ids) for ids in greedy] for alpha in alphas}
     found: list[list[Finished]] = _in_batches(
         model,
-        sources,
+        rows,
         batch_size,
         device,
         lambda src: _beam_finished(model, src, beam_size, _MAX_EXTRA_LEN, bos_id, eos_id),
     )
-    return {
-        alpha: [tgt_tokenizer.decode(list(best_hypothesis(hypotheses, alpha).tokens)) for hypotheses in found]
-        for alpha in checked
-    }
+    return {alpha: [list(best_hypothesis(hypotheses, alpha).tokens) for hypotheses in found] for alpha in alphas}
 
 
 def check_alphas(alphas: object) -> list[float]:

@@ -14,9 +14,9 @@ import companion.evaluate as evaluate_module
 from companion import Transformer, TransformerConfig
 from companion.checkpoint import load_checkpoint, record_decoding, save_checkpoint
 from companion.data import SPECIAL_TOKENS, WordTokenizer
-from companion.decode import MAX_ALPHA, check_alphas, translate, translate_alphas
+from companion.decode import MAX_ALPHA, check_alphas, translate, translate_alphas, translate_ids, translate_ids_alphas
 from companion.errors import CheckpointError
-from companion.evaluate import ALPHA_GRID, AlphaChoice, choose_alpha, corpus_bleu
+from companion.evaluate import ALPHA_GRID, AlphaChoice, alpha_choice, choose_alpha, corpus_bleu
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,6 +47,30 @@ def test_one_search_gives_what_translate_gives_at_each_alpha(beam_size):
     distinct = {tuple(texts) for texts in outputs.values()}
     # the re-ranking is exercised: with a beam, the alphas pick different winners for some sentences
     assert len(distinct) == 1 if beam_size == 1 else len(distinct) > 1
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_the_id_level_search_gives_what_translate_ids_gives_at_each_alpha(beam_size):
+    model, (src_tok, _) = random_model(), tokenizers()
+    ids = [src_tok.encode(sentence) + [src_tok.eos_id] for sentence in sources()]
+    alphas = [0.0, 1.0, 4.0]
+    outputs = translate_ids_alphas(model, ids, alphas=alphas, beam_size=beam_size, batch_size=5)
+    for alpha in alphas:
+        assert outputs[alpha] == translate_ids(model, ids, beam_size=beam_size, alpha=alpha, batch_size=5)
+    outputs[0.0][0].append(99)  # each alpha's lists are its own, even where greedy search makes them equal
+    assert outputs[1.0][0] != outputs[0.0][0]
+    with pytest.raises(ValueError, match="distinct"):
+        translate_ids_alphas(model, ids, alphas=[1, 1.0])
+
+
+def test_alpha_choice_scores_translations_made_elsewhere():
+    references = ["t1 t2 t3 t4", "t5 t6 t7 t8"]
+    choice = alpha_choice({2.0: references, 0.6: ["t1 t2", "t5"]}, references, beam_size=8)
+    assert choice.alpha == 2.0 and choice.bleu[2.0] == 100.0 and choice.beam_size == 8 and choice.sentences == 2
+    with pytest.raises(ValueError, match="same length"):
+        alpha_choice({1.0: references[:1]}, references, beam_size=4)
+    with pytest.raises(ValueError, match="map each alpha"):
+        alpha_choice({}, references, beam_size=4)
 
 
 @pytest.mark.parametrize(
