@@ -7,12 +7,15 @@ Three steps: the first and the last run here, the middle one on the GPU machine 
     python bench/multi30k_gpu.py score --data bench/data/multi30k_bpe.pt --raw multi30k_gpu_raw.json
 
 ``prepare`` learns one byte-pair vocabulary shared by English and German (as the paper did) on the training
-split and stores the ids of every split in both languages, the tokenizer and the raw test references.
+split and stores the ids of every split in both languages, the tokenizer and the raw validation and test references.
 ``train`` trains each direction with the settings of ``bench/multi30k.py`` for GPUs (base model, bf16, about
 12,000 tokens per batch side, warmup 1,000, dropout 0.2) for ``--minutes``, averages the last 5 checkpoints,
-decodes test_2016_flickr with beam 4 and alpha 0.6, and writes the output ids with the hardware and the run facts.
-``score`` detokenizes the outputs and writes ``bench/results/multi30k_cuda.json`` (sacreBLEU and chrF with
-signatures) in the format of the CPU results, with the GPU machine's hardware, date and command.
+decodes the validation split and test_2016_flickr with beam 4, each once, keeping the winners under every length
+penalty alpha of ``companion.evaluate.ALPHA_GRID`` (``companion.decode.translate_ids_alphas``: one search serves
+every alpha), and writes the output ids with the hardware and the run facts. ``score`` detokenizes the outputs,
+chooses alpha on the validation split as ``companion choose-alpha`` does (``companion.evaluate.alpha_choice``), and
+writes ``bench/results/multi30k_cuda.json`` (test sacreBLEU and chrF with signatures at the chosen alpha) in the
+format of the CPU results, with the GPU machine's hardware, date and command.
 Targets (issue 3): de->en >= 40 BLEU and en->de >= 37 with at most 10 minutes per direction.
 ``train --smoke`` runs a tiny model for a few steps on the CPU, to test the pipeline.
 """
@@ -38,6 +41,8 @@ from _common import flatten, hardware, learning_curve, unflatten, write_results 
 import companion  # noqa: E402
 from companion.checkpoint import average_checkpoints, list_checkpoints, model_from_checkpoint  # noqa: E402
 from companion.data import make_batches  # noqa: E402
+from companion.decode import translate_ids_alphas  # noqa: E402
+from companion.evaluate import ALPHA_GRID  # noqa: E402
 
 LANGUAGES = ("en", "de")
 SPLITS = ("train", "valid", "test")
@@ -45,6 +50,7 @@ DIRECTIONS = ("de-en", "en-de")
 TARGETS = {"de-en": 40.0, "en-de": 37.0}
 # The GPU settings of bench/multi30k.py, expressed for companion.Trainer.
 MAX_TOKENS, WARMUP, DROPOUT, MAX_LEN = 12000, 1000, 0.2, 256
+BEAM = 4
 
 
 # -- prepare (here) -------------------------------------------------------------------------------------------
@@ -60,6 +66,9 @@ def prepare(args: argparse.Namespace) -> None:
         "vocab_size": tokenizer.vocab_size,
         "tokenizer": json.dumps(tokenizer.to_dict()),
         "references": json.dumps({lang: [pair[i] for pair in splits["test"]] for i, lang in enumerate(LANGUAGES)}),
+        "valid_references": json.dumps(
+            {lang: [pair[i] for pair in splits["valid"]] for i, lang in enumerate(LANGUAGES)}
+        ),
     }
     for split in SPLITS:
         for i, lang in enumerate(LANGUAGES):
@@ -124,11 +133,18 @@ def train_direction(args: argparse.Namespace, direction: str, vocab_size: int, d
     summary = companion.Trainer(model, config, train_batches, valid_batches, out_dir=out_dir).train()
     checkpoints = list_checkpoints(out_dir / "checkpoints")[-5:]
     averaged = model_from_checkpoint(average_checkpoints(checkpoints)).to(device)
-    sources = [ids + [companion.EOS_ID] for ids, _ in pairs["test"]]
     decode_start = time.time()
-    hypotheses = companion.translate_ids(averaged, sources, beam_size=4, alpha=0.6, batch_size=256, device=device)
+    by_split = {
+        split: translate_ids_alphas(
+            averaged, [ids + [companion.EOS_ID] for ids, _ in pairs[split]], alphas=ALPHA_GRID, beam_size=BEAM,
+            batch_size=256, device=device,
+        )
+        for split in ("valid", "test")
+    }  # fmt: skip
     return {
-        "hypothesis_ids": hypotheses,
+        "hypothesis_ids_by_alpha": {
+            split: {f"{alpha:g}": ids for alpha, ids in outputs.items()} for split, outputs in by_split.items()
+        },
         "steps": summary["steps"],
         "epochs": round(summary["epochs"], 3),
         "train_minutes": round(summary["train_seconds"] / 60, 2),
@@ -195,16 +211,22 @@ def train(args: argparse.Namespace) -> int:
 # -- score (here) ---------------------------------------------------------------------------------------------
 def score(args: argparse.Namespace) -> int:
     from companion.data import tokenizer_from_dict
-    from companion.evaluate import corpus_bleu, corpus_chrf
+    from companion.evaluate import alpha_choice, corpus_bleu, corpus_chrf
 
     data = torch.load(args.data, weights_only=True)
     tokenizer = tokenizer_from_dict(json.loads(data["tokenizer"]))
     references = json.loads(data["references"])
+    valid_references = json.loads(data["valid_references"])
     raw = json.loads(args.raw.read_text())
     results = {}
     for direction, r in raw["results"].items():
         tgt = direction.split("-")[1]
-        hypotheses = [tokenizer.decode(ids) for ids in r.pop("hypothesis_ids")]
+        decoded = {
+            split: {float(alpha): [tokenizer.decode(ids) for ids in outputs] for alpha, outputs in by_alpha.items()}
+            for split, by_alpha in r.pop("hypothesis_ids_by_alpha").items()
+        }
+        choice = alpha_choice(decoded["valid"], valid_references[tgt], beam_size=BEAM)  # on validation only
+        hypotheses = decoded["test"][choice.alpha]
         refs = references[tgt]
         if len(hypotheses) != len(refs):
             raise SystemExit(
@@ -220,8 +242,11 @@ def score(args: argparse.Namespace) -> int:
             "chrf_signature": chrf_signature,
             "split": "test_2016_flickr",
             "sentences": len(refs),
-            "beam_size": 4,
-            "alpha": 0.6,
+            "beam_size": BEAM,
+            "alpha": choice.alpha,
+            "alpha_choice": {k: v for k, v in choice.to_dict().items() if k in ("bleu", "length_ratio", "sentences")}
+            | {"chosen_on": "valid"},
+            "bleu_at_paper_alpha": round(corpus_bleu(decoded["test"][0.6], refs)[0], 2),
             "target_bleu": target,
             "meets_target": None if target is None else bleu >= target,
             "command": raw["command"],
@@ -229,7 +254,8 @@ def score(args: argparse.Namespace) -> int:
             **r,
         }
         print(
-            f"{direction}: BLEU {bleu:.2f} ({bleu_signature}), chrF {chrf:.2f}"
+            f"{direction}: alpha {choice.alpha:g} chosen on valid (BLEU by alpha {choice.to_dict()['bleu']}); test "
+            f"BLEU {bleu:.2f} ({bleu_signature}), chrF {chrf:.2f}"
             + ("" if target is None else f" (target {target:g}: {'met' if bleu >= target else 'missed'})")
         )
     name = "multi30k_cuda" if raw["device"] == "cuda" else "multi30k_smoke"

@@ -12,6 +12,8 @@ import sys
 import pytest
 import torch
 
+from companion.evaluate import ALPHA_GRID
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "multi30k_gpu.py"
 
@@ -28,12 +30,17 @@ def test_prepare_train_score_pipeline_in_smoke_mode(multi30k_folder, tmp_path):
     done = run("prepare", "--data-dir", str(multi30k_folder), "--vocab-size", "120", "--out", str(data))
     assert done.returncode == 0, done.stderr
     stored = torch.load(data, weights_only=True)  # plain tensors and strings only: loadable without pickle
-    assert len(json.loads(stored["references"])["de"]) == 12
+    assert len(json.loads(stored["references"])["de"]) == 12 and len(json.loads(stored["valid_references"])["en"]) == 10
     done = run("train", "--data", str(data), "--smoke", "--minutes", "1", "--max-steps", "4", "--out", str(raw))
     assert done.returncode == 0, done.stderr
     outputs = json.loads(raw.read_text())
     assert set(outputs["results"]) == {"de-en", "en-de"} and outputs["device"] == "cpu"
-    assert all(len(r["hypothesis_ids"]) == 12 and r["steps"] == 4 for r in outputs["results"].values())
+    for r in outputs["results"].values():  # each split decoded once, its winners kept under every alpha
+        assert r["steps"] == 4 and set(r["hypothesis_ids_by_alpha"]) == {"valid", "test"}
+        assert all(
+            set(by_alpha) == {f"{a:g}" for a in ALPHA_GRID} for by_alpha in r["hypothesis_ids_by_alpha"].values()
+        )
+        assert all(len(ids) == 12 for ids in r["hypothesis_ids_by_alpha"]["test"].values())
     done = run("score", "--data", str(data), "--raw", str(raw), "--out", str(results))
     assert done.returncode == 0, done.stderr
     record = json.loads(results.read_text())
@@ -41,7 +48,14 @@ def test_prepare_train_score_pipeline_in_smoke_mode(multi30k_folder, tmp_path):
         r = record["results"][direction]
         assert 0 <= r["bleu"] <= 100 and r["bleu_signature"].startswith("nrefs:1") and r["sentences"] == 12
         assert r["target_bleu"] is None and r["meets_target"] is None  # smoke runs are not measurements
-        assert r["learning_curve"]["step"] and "hypothesis_ids" not in r
+        assert r["learning_curve"]["step"] and "hypothesis_ids_by_alpha" not in r
+        choice = r["alpha_choice"]  # chosen on the validation split, as companion choose-alpha chooses
+        best = max(choice["bleu"].values())
+        assert (
+            r["alpha"] == min(float(a) for a, b in choice["bleu"].items() if b == best)
+            and choice["chosen_on"] == "valid"
+        )
+        assert 0 <= r["bleu_at_paper_alpha"] <= 100
         assert len(r["example_translations"]) == 5 and all(isinstance(t, str) for t in r["example_translations"])
     assert record["hardware"] == outputs["hardware"] and record["command"] == outputs["command"]
 
