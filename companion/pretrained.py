@@ -208,10 +208,15 @@ def _check_shipped(path: Path, entry: dict[str, str]) -> None:
 
 
 def shipped_direction(path: str | os.PathLike) -> str | None:
-    """The direction of the shipped model whose file ``path`` is (compared by SHA-256), else None: a command that
-    would write into a checkpoint (``companion choose-alpha``) refuses a shipped file, whose digest must stay."""
-    digest = _sha256(Path(path))
-    return next((entry["direction"] for entry in PRETRAINED_MODELS.values() if entry["sha256"] == digest), None)
+    """The direction of the shipped model that ``path`` is, else None: a file where :func:`pretrained_path` looks
+    for a shipped model (the repository's ``pretrained/``, ``$COMPANION_PRETRAINED_DIR``, the download cache) whose
+    SHA-256 is the shipped file's. A command that would write into a checkpoint (``companion choose-alpha``) refuses
+    such a file, whose digest must stay; a copy elsewhere is the user's."""
+    path = Path(path).resolve()
+    for entry in PRETRAINED_MODELS.values():
+        if entry["sha256"] and path in {candidate.resolve() for candidate in _candidates(entry["file"])}:
+            return entry["direction"] if _sha256(path) == entry["sha256"] else None
+    return None
 
 
 def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:

@@ -111,9 +111,9 @@ def choose_alpha_run(config: ChooseAlphaConfig) -> dict[str, Any]:
     shipped = None if config.dry_run else shipped_direction(loaded.path)
     if shipped is not None:  # before the search: nothing to record into
         raise RunError(
-            f"{loaded.path} is the book's shipped {shipped} model, whose file is checked against its SHA-256 "
-            f"wherever it is found: its setting lives in companion.pretrained.SHIPPED_ALPHA instead. Record a "
-            "choice in a copy of the file, or pass --dry-run to see the choice only"
+            f"{loaded.path} is the book's shipped {shipped} model, where load_pretrained finds it and checks its "
+            f"SHA-256: its setting lives in companion.pretrained.SHIPPED_ALPHA instead. Record a choice in a copy "
+            "of the file elsewhere, or pass --dry-run to see the choice only"
         )
     src, tgt, what, pairs = scoring_pairs(config, loaded.checkpoint, "choose-alpha")
     choice = choose_alpha(

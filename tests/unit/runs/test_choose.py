@@ -92,7 +92,10 @@ def test_a_shipped_model_file_is_never_rewritten(tmp_path, capsys):
     assert "shipped en-de model" in capsys.readouterr().err and shipped.read_bytes() == original
     assert main([*args, "--dry-run", "--json"]) == 0  # looking is allowed
     assert json.loads(capsys.readouterr().out)["recorded"] is False and shipped.read_bytes() == original
-    copy = tmp_path / "copy.pt"
+    assert shipped_direction(shipped) == "en-de"
+    copy = tmp_path / "copy.pt"  # a copy elsewhere is the user's to record into
     copy.write_bytes(original)
-    assert shipped_direction(copy) == "en-de" and shipped_direction(resolve_checkpoint(tmp_path / "copy.pt"))
+    assert shipped_direction(copy) is None
+    assert main(["choose-alpha", "--checkpoint", str(copy), "--data-dir", str(data), "--alphas", "0.6", "2"]) == 0
+    assert "alpha" in load_checkpoint(copy)["decoding"] and shipped.read_bytes() == original
     assert ChooseAlphaConfig(checkpoint=copy).checkpoint == str(copy)  # a path object is accepted
