@@ -109,11 +109,17 @@ def translate_ids(
     ``device`` (default: where the model is), and returned without ``<bos>``/``<eos>``.
     """
     alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
+    rows = _check_sources(model, sources)
+    return _decode_sources(model, rows, beam_size, alpha, batch_size, device, bos_id, eos_id)
+
+
+def _check_sources(model: Transformer, sources: object) -> list[list[int]]:
+    """``sources`` as lists of source ids, each non-empty (at least its ``<eos>``) and within the vocabulary."""
     rows = _check_id_lists("sources", sources, model.config.src_vocab_size)
     for i, row in enumerate(rows):
         if not row:
             raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
-    return _decode_sources(model, rows, beam_size, alpha, batch_size, device, bos_id, eos_id)
+    return rows
 
 
 def _decode_sources(
@@ -210,10 +216,7 @@ def translate_ids_alphas(
     ``alpha``. For machines without the tokenizers' libraries (``bench/multi30k_gpu.py``)."""
     checked = check_alphas(alphas)
     _check_translation_options(model, beam_size, checked[0], batch_size, bos_id, eos_id)
-    rows = _check_id_lists("sources", sources, model.config.src_vocab_size)
-    for i, row in enumerate(rows):
-        if not row:
-            raise ValueError(f"sources[{i}] is empty: every source needs at least its <eos> id")
+    rows = _check_sources(model, sources)
     return _decode_sources_alphas(model, rows, checked, beam_size, batch_size, device, bos_id, eos_id)
 
 
