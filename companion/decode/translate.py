@@ -137,14 +137,7 @@ def _decode_sources(
         return _in_batches(
             model, rows, batch_size, device, lambda src: _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
         )
-    found = _in_batches(
-        model,
-        rows,
-        batch_size,
-        device,
-        lambda src: _beam_finished(model, src, beam_size, _MAX_EXTRA_LEN, bos_id, eos_id),
-    )
-    return [list(best_hypothesis(hypotheses, alpha).tokens) for hypotheses in found]
+    return _decode_sources_alphas(model, rows, [alpha], beam_size, batch_size, device, bos_id, eos_id)[alpha]
 
 
 def _in_batches(
