@@ -8,7 +8,7 @@ is told when rows are reordered or dropped. What the step computes is its own bu
 * :class:`CachedStep` feeds the decoder only the newest token and reuses the keys and values of the earlier
   positions from a :class:`~companion.model.KVCache` (what :func:`greedy_decode` and :func:`beam_search` use);
 * :class:`RecomputeStep` reruns the decoder over the whole prefix at every step, the baseline the cache is
-  measured against (``greedy_decode(..., use_cache=False)``);
+  measured against (``greedy_decode(..., use_cache=False)``, ``beam_search(..., use_cache=False)``);
 * :mod:`companion.export` steps through the exported ONNX graphs, the chapter's experiments through a model
   with their own rules.
 

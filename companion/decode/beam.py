@@ -10,7 +10,7 @@ from typing import Literal, overload
 import torch
 import torch.nn.functional as F
 
-from .._validation import check_number
+from .._validation import check_bool, check_number
 from ..data import BOS_ID, EOS_ID, pad_sequences
 from ..model import Transformer, eval_mode
 from ._blocks import top_k
@@ -218,6 +218,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: Literal[False] = False,
+    use_cache: bool = True,
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[list[int]]: ...
 
@@ -233,6 +234,7 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: Literal[True],
+    use_cache: bool = True,
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> tuple[list[list[int]], list[float]]: ...
 
@@ -248,13 +250,16 @@ def beam_search(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     return_scores: bool = False,
+    use_cache: bool = True,
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[list[int]] | tuple[list[list[int]], list[float]]:
     """Beam search (:func:`search_beam`) for each sentence of ``src [batch, n]`` (right-padded), with the cache.
 
     The best finished hypothesis of each sentence wins, ranked by ``log P / lp(length)`` (``alpha`` in
     ``[0, MAX_ALPHA]``; ``beam_size`` in ``[1, MAX_BEAM_SIZE]``). With ``beam_size=1`` this is exactly
-    :func:`greedy_decode`. ``on_step`` observes every step (:class:`BeamStepRecord`; like
+    :func:`greedy_decode`. ``use_cache=False`` recomputes the whole prefix at every step (:class:`RecomputeStep`:
+    the same hypotheses, slower; the baseline ``bench/decode_speed.py`` measures the cache against, as for
+    :func:`greedy_decode`). ``on_step`` observes every step (:class:`BeamStepRecord`; like
     :func:`greedy_decode`, the search runs under :func:`torch.inference_mode`, so its tensors are inference tensors).
 
     Returns the token ids per sentence (no ``<bos>``/``<eos>``), and with ``return_scores=True`` the pair
@@ -263,7 +268,8 @@ def beam_search(
     src = check_search_inputs(model, src, max_extra_len=max_extra_len, bos_id=bos_id, eos_id=eos_id)
     check_beam_size(beam_size)
     alpha = check_number("alpha", alpha, low=0, high=MAX_ALPHA)
-    best = _beam(model, src, beam_size, alpha, max_extra_len, bos_id, eos_id, on_step=on_step)
+    check_bool("use_cache", use_cache)
+    best = _beam(model, src, beam_size, alpha, max_extra_len, bos_id, eos_id, use_cache=use_cache, on_step=on_step)
     tokens = [list(hypothesis.tokens) for hypothesis in best]
     return (tokens, [hypothesis.score(alpha) for hypothesis in best]) if return_scores else tokens
 
@@ -276,10 +282,14 @@ def _beam(
     max_extra_len: int,
     bos_id: int,
     eos_id: int,
+    *,
+    use_cache: bool = True,
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[Finished]:
     """:func:`beam_search` on checked inputs: the best finished hypothesis per sentence."""
-    finished = _beam_finished(model, src, beam_size, max_extra_len, bos_id, eos_id, on_step=on_step)
+    finished = _beam_finished(
+        model, src, beam_size, max_extra_len, bos_id, eos_id, use_cache=use_cache, on_step=on_step
+    )
     return [best_hypothesis(hypotheses, alpha) for hypotheses in finished]
 
 
@@ -290,13 +300,15 @@ def _beam_finished(
     max_extra_len: int,
     bos_id: int,
     eos_id: int,
+    *,
+    use_cache: bool = True,
     on_step: Callable[[BeamStepRecord], None] | None = None,
 ) -> list[list[Finished]]:
     """Every sentence's finished hypotheses (:func:`search_beam` over the model, on checked inputs). Which
     hypotheses finish does not depend on ``alpha``: it only ranks them (:func:`best_hypothesis`), so one search
     serves every ``alpha``."""
     with eval_mode(model):
-        step = model_step(model, src, bos_id=bos_id, copies=beam_size)
+        step = model_step(model, src, bos_id=bos_id, copies=beam_size, use_cache=use_cache)
         limits = max_output_lengths(src, model.config.pad_id, max_extra_len, model.config.max_len)
         return search_beam(step, limits, beam_size, bos_id=bos_id, eos_id=eos_id, device=src.device, on_step=on_step)
 

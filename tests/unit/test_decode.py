@@ -144,6 +144,22 @@ def test_greedy_without_the_cache_picks_the_same_tokens(which):
     assert greedy_decode(model, src, max_extra_len=7, use_cache=False) == greedy_decode(model, src, max_extra_len=7)
 
 
+@pytest.mark.parametrize("which", ["random", "copy"])
+def test_beam_search_without_the_cache_finds_the_same_hypotheses(which):
+    model = random_model() if which == "random" else copy_model()
+    src = _sources(7, seed=9, vocab=model.config.src_vocab_size, max_len=COPY_MAX_LEN)
+    cached, cached_scores = beam_search(model, src, beam_size=3, max_extra_len=6, return_scores=True)
+    plain, plain_scores = beam_search(model, src, beam_size=3, max_extra_len=6, return_scores=True, use_cache=False)
+    assert plain == cached
+    assert plain_scores == pytest.approx(cached_scores, abs=1e-4)
+
+
+def test_beam_search_use_cache_must_be_a_bool():
+    model = random_model()
+    with pytest.raises(ValueError, match="use_cache must be True or False"):
+        beam_search(model, _sources(2, seed=1, vocab=model.config.src_vocab_size), use_cache="no")  # type: ignore[call-overload]
+
+
 def test_the_recompute_baseline_projects_only_the_last_position():
     """Recomputing the prefix must not also recompute the output layer over every position (issue 24, item 1)."""
     model = random_model()
