@@ -69,33 +69,37 @@ TARGET = 2.0  # the cached search at least twice as fast as recomputing the pref
 TIE_GAP = 1e-3  # logits closer than this are a tie up to float32 rounding (the ONNX parity test's bound)
 
 
-def check_same_outputs_but_for_ties(model, ids, cached, recomputed, differing: dict[int, float]) -> None:
-    """The two decoders must give the same tokens, except where the model scores two tokens within rounding of
-    each other (the two paths multiply different matrix shapes, so they round differently): such sentences are
-    recorded in ``differing`` with their gap; a larger gap, or more than 0.5% of the sentences, fails."""
+def _check_same_but_for_ties(ids, cached, recomputed, differing: dict[int, float], gap, search: str) -> None:
+    """The two methods' outputs must be equal, except where the model scores the two within rounding of each other
+    (the two paths multiply different matrix shapes, so they round differently): each differing sentence's
+    ``gap(i, a, b)`` is recorded in ``differing``; a gap of ``TIE_GAP`` or more, or more than 0.5% of the sentences
+    differing, fails."""
     for i, (a, b) in enumerate(zip(cached, recomputed)):
         if a != b and i not in differing:
-            differing[i] = greedy_tie_gap(model, ids[i], a, b)
-    untied = {i: gap for i, gap in differing.items() if gap >= TIE_GAP}
-    assert not untied, f"cached and recomputed greedy decoding part where the scores are not tied: {untied}"
-    assert len(differing) <= len(ids) // 200, f"{len(differing)} of {len(ids)} outputs differ (ties)"
+            differing[i] = gap(i, a, b)
+    untied = {i: g for i, g in differing.items() if g >= TIE_GAP}
+    assert not untied, f"cached and recomputed {search} part where the scores are not tied: {untied}"
+    assert len(differing) <= len(ids) // 200, f"{len(differing)} of {len(ids)} {search} outputs differ (ties)"
+
+
+def check_same_outputs_but_for_ties(model, ids, cached, recomputed, differing: dict[int, float]) -> None:
+    """Greedy search: the gap is the two tokens' logit difference where the outputs part (``greedy_tie_gap``)."""
+    _check_same_but_for_ties(
+        ids, cached, recomputed, differing, lambda i, a, b: greedy_tie_gap(model, ids[i], a, b), "greedy decoding"
+    )
 
 
 BEAM, BEAM_ALPHA = 4, 0.6  # the paper's beam search
 
 
 def check_same_beams_but_for_ties(model, ids, cached, recomputed, differing: dict[int, float]) -> None:
-    """Beam search with and without the cache must find the same winner, except where two hypotheses score within
-    rounding of each other: each differing sentence's score gap (``score_hypotheses`` of both winners) is recorded
-    in ``differing``; a gap of ``TIE_GAP`` or more, or more than 0.5% of the sentences differing, fails."""
-    for i, (a, b) in enumerate(zip(cached, recomputed)):
-        if a != b and i not in differing:
-            src = torch.tensor([ids[i], ids[i]])
-            score_a, score_b = score_hypotheses(model, src, [a, b], alpha=BEAM_ALPHA)
-            differing[i] = abs(score_a - score_b)
-    untied = {i: gap for i, gap in differing.items() if gap >= TIE_GAP}
-    assert not untied, f"cached and recomputed beam search differ where the scores are not tied: {untied}"
-    assert len(differing) <= len(ids) // 200, f"{len(differing)} of {len(ids)} beam-search outputs differ (ties)"
+    """Beam search: the gap is the difference of the two winners' scores (``score_hypotheses``)."""
+
+    def score_gap(i: int, a: list[int], b: list[int]) -> float:
+        score_a, score_b = score_hypotheses(model, torch.tensor([ids[i], ids[i]]), [a, b], alpha=BEAM_ALPHA)
+        return abs(score_a - score_b)
+
+    _check_same_but_for_ties(ids, cached, recomputed, differing, score_gap, "beam search")
 
 
 def alternate_beams(model, ids: list[list[int]], batch_size: int, pad: int, rounds: int) -> dict:
