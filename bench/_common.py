@@ -20,16 +20,24 @@ RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 def hardware() -> dict[str, Any]:
     """CPU model, core count, GPU name and library versions, for the results file."""
     cpu = platform.processor() or platform.machine()
+    bf16_flags: list[str] | None = None  # None: unknown (no /proc/cpuinfo)
     try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    for line in lines:  # the first processor's entries
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    for line in lines:
+        if line.startswith("flags"):
+            # bfloat16 arithmetic in hardware (AVX-512 BF16, Intel AMX): what --cpu-bf16 needs to pay
+            bf16_flags = sorted({f for f in line.split(":", 1)[1].split() if "bf16" in f or f.startswith("amx")})
+            break
     info: dict[str, Any] = {
         "cpu": cpu,
         "cpu_cores": os.cpu_count(),
+        "cpu_bf16_flags": bf16_flags,
         "torch_threads": torch.get_num_threads(),
         # OpenMP's wait policy (None: OpenMP's default): PASSIVE slows small CPU kernels down (bench/multi30k.py)
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -6,13 +6,16 @@
 Builds the CLI default model (the ``small`` preset with one shared 8,000-subword vocabulary and tied output layer)
 and times full training steps (forward, label-smoothed loss, backward, Adam update) on a fixed batch of random
 token ids shaped like the default's batches (``--batch`` sentences of ``--length`` tokens a side: 92 x 13 is
-about the 2,230 source+target tokens per step of the 20-minute Multi30k runs at ``--max-tokens 1200``). Three
+about the 2,230 source+target tokens per step of the 20-minute Multi30k runs at ``--max-tokens 1200``). Four
 variants, each adding one change to the one before:
 
 * ``autograd``: the loss through autograd (``log_softmax -> gather -> mean -> sums``, as the package computed it
   before) and ``nn.Dropout`` (Bernoulli masks);
 * ``+ loss``: the package's :func:`companion.label_smoothed_loss` (closed-form gradient);
-* ``+ dropout``: the package's dropout layers (masks from 31-bit random integers) = the package as it is.
+* ``+ dropout``: the package's dropout layers (masks from 31-bit random integers) = the package's default;
+* ``+ cpu bf16``: the forward pass under bfloat16 autocast, as ``companion train --cpu-bf16`` runs it
+  (``TrainConfig.cpu_bf16``: matrix products in bfloat16, attention and the loss in float32). It pays on CPUs
+  with bfloat16 matrix units (Intel AMX); the results file's ``hardware`` names the CPU it was measured on.
 
 Not adopted: ``torch.optim.Adam(fused=True)`` (one kernel instead of the per-parameter loop, ~1.6 against ~5-9 ms a
 step here) changed the trajectory of tests/unit/test_train.py's copy task enough to miss its 99% target (Adam with
@@ -46,7 +49,7 @@ import companion._dropout as dropout_module  # noqa: E402
 from companion import Transformer, TransformerConfig, label_smoothed_loss  # noqa: E402
 from companion.presets import PRESETS  # noqa: E402
 
-VARIANTS = ("autograd", "+ loss", "+ dropout")
+VARIANTS = ("autograd", "+ loss", "+ dropout", "+ cpu bf16")
 FAST_DROPOUT = dropout_module.Dropout.forward
 
 
@@ -85,9 +88,11 @@ def time_steps(variant: str, built: tuple, batch: tuple[torch.Tensor, torch.Tens
     src, tgt = batch
     use_dropout(variant)
     model.train()
+    autocast = VARIANTS.index(variant) >= VARIANTS.index("+ cpu bf16")  # what TrainConfig(cpu_bf16=True) does
 
     def step() -> None:
-        logits = model(src, tgt[:, :-1])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(src, tgt[:, :-1])
         loss, _, tokens = loss_fn(logits, tgt[:, 1:], 0.1, 0)
         (loss / tokens).backward()
         optimizer.step()

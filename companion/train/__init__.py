@@ -8,8 +8,9 @@
   reach the paper's ~25,000 + 25,000 tokens per step on small hardware.
 
 On top of the paper: an optional linear cooldown of the rate to zero at the end of a fixed budget, bf16 autocast on
-CUDA, optional ``torch.compile``, optional gradient clipping, a tqdm progress bar, a JSON-lines metrics log, atomic
-checkpoints (:mod:`companion.checkpoint`) with exact resume, and several processes through ``torchrun`` +
+CUDA (and, opted in, on CPUs with bfloat16 matrix units: ``TrainConfig.cpu_bf16``), optional ``torch.compile``,
+optional gradient clipping, a tqdm progress bar, a JSON-lines metrics log, atomic checkpoints
+(:mod:`companion.checkpoint`) with exact resume, and several processes through ``torchrun`` +
 :class:`~torch.nn.parallel.DistributedDataParallel`.
 
 Distributed training: launch with ``torchrun --nproc_per_node N ...``. Every rank sees the same list of (global)

@@ -55,6 +55,10 @@ class TrainConfig:
         clip_grad: clip the global gradient norm to this value (None: no clipping, as in the paper).
         device: "auto" (CUDA > MPS > CPU), "cpu", "cuda", "cuda:N" or "mps".
         bf16: bfloat16 autocast for the forward pass on CUDA (ignored on other devices).
+        cpu_bf16: bfloat16 autocast for the forward pass on CPU (off by default): the matrix products run in
+            bfloat16, attention and the loss in float32, the weights and the optimizer stay float32. It pays where
+            the CPU multiplies bfloat16 in hardware (Intel AMX: a small-preset step 1.5x faster on a 2-core Xeon,
+            ``bench/train_step_speed.py``); elsewhere it may be slower. Ignored on other devices.
         compile: wrap the model in ``torch.compile`` (for GPUs; on a CPU it did not pay, see bench/compile_cpu.py).
         seed: seeds dropout (torch's global RNG, plus the rank) and the per-epoch batch order.
         log_every: write a metrics line (and refresh the progress bar's numbers) every this many steps.
@@ -125,6 +129,13 @@ class TrainConfig:
         True,
         "disable bfloat16 autocast on CUDA (it is never used on CPU/MPS)",
         flag="--no-bf16",
+        group="run",
+        resumable=True,
+    )
+    cpu_bf16: bool = option(
+        False,
+        "bfloat16 autocast on CPU: matrix products in bfloat16, attention and the loss in float32 (pays on CPUs "
+        "with bfloat16 matrix units, e.g. Intel AMX; bench/train_step_speed.py)",
         group="run",
         resumable=True,
     )

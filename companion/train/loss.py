@@ -62,6 +62,18 @@ def label_smoothed_loss(
     return loss_sum, nll_sum, keep.sum()
 
 
+def _rows_per_chunk(logits: torch.Tensor) -> int:
+    """How many rows of ``logits [positions, vocab]`` :class:`_SmoothedCrossEntropy` takes at a time: 16-bit logits
+    on CPU in chunks of about 512K scores (2 MiB in float32, which a core's cache holds), so that each chunk is
+    made float32 and passed over while it is in the cache; otherwise all rows at once."""
+    if logits.device.type != "cpu" or logits.dtype in (torch.float32, torch.float64):
+        return max(1, logits.shape[0])
+    return max(1, _CHUNK_SCORES // max(1, logits.shape[-1]))
+
+
+_CHUNK_SCORES = 1 << 19
+
+
 class _SmoothedCrossEntropy(torch.autograd.Function):
     """``(loss_sum, nll_sum)`` of :func:`label_smoothed_loss` with a hand-written backward.
 
@@ -74,26 +86,43 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     ``d nll_sum / d logits = p - onehot(target)`` at every kept position (zero at padding), so the backward is
     one ``exp`` of the saved log-probabilities, one scaling and a scatter at the targets.
 
+    16-bit logits on CPU (bfloat16 autocast, ``TrainConfig.cpu_bf16``) go through the rows in chunks that fit in a
+    core's cache (:func:`_rows_per_chunk`): each chunk is made float32, the forward keeps only each row's two
+    reductions (the reference's log-probability and the mean) instead of float32 log-probabilities of the whole
+    array, and the backward computes each chunk's log-softmax again and writes the gradient in the logits' type.
+    That avoids two float32 copies of the whole ``[positions, vocab]`` array; the numbers are those of the
+    whole-array computation to the bit (row by row, log-softmax does not depend on the other rows).
+
     Inputs: ``logits [positions, vocab]`` (float16/bfloat16 are computed in float32), ``target [positions]``
     (padding already replaced by a valid id), ``keep [positions]`` (bool, False at padding), ``smoothing``.
     """
 
     @staticmethod
+    def _log_probs(logits: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        """``log_softmax`` of rows ``start:stop`` of ``logits`` (float32, or float64 for float64 logits)."""
+        chunk = logits[start:stop]
+        exact = chunk if chunk.dtype in (torch.float32, torch.float64) else chunk.float()
+        return F.log_softmax(exact, dim=-1)
+
+    @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        exact = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()
-        log_probs = F.log_softmax(exact, dim=-1)  # [positions, vocab]
-        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [positions]
+        rows = _rows_per_chunk(logits)
+        nll_parts, uniform_parts = [], []
+        for start in range(0, max(1, logits.shape[0]), rows):
+            log_probs = _SmoothedCrossEntropy._log_probs(logits, start, start + rows)  # [rows, vocab]
+            nll_parts.append(-log_probs.gather(-1, target[start : start + rows, None]).squeeze(-1))
+            uniform_parts.append(-log_probs.mean(dim=-1))  # cross-entropy against uniform
+        nll = torch.cat(nll_parts)  # [positions]
         nll_sum = nll.masked_fill(~keep, 0.0).sum()
         if smoothing > 0.0:
-            uniform = -log_probs.mean(dim=-1).masked_fill(~keep, 0.0)  # cross-entropy against uniform
-            loss_sum = (1.0 - smoothing) * nll_sum + smoothing * uniform.sum()
+            loss_sum = (1.0 - smoothing) * nll_sum + smoothing * torch.cat(uniform_parts).masked_fill(~keep, 0.0).sum()
         else:
             loss_sum = nll_sum.clone()
-        ctx.save_for_backward(log_probs, target, keep)
-        ctx.smoothing = smoothing
-        ctx.logits_dtype = logits.dtype
+        whole = rows >= logits.shape[0]  # one chunk: keep its log-probabilities for the backward
+        ctx.save_for_backward(log_probs if whole else logits, target, keep)
+        ctx.whole, ctx.smoothing, ctx.logits_dtype = whole, smoothing, logits.dtype
         return loss_sum, nll_sum
 
     @staticmethod
@@ -101,17 +130,30 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def backward(  # type: ignore[override]
         ctx: Any, grad_loss: torch.Tensor | None, grad_nll: torch.Tensor | None
     ) -> tuple[torch.Tensor, None, None, None]:
-        log_probs, target, keep = ctx.saved_tensors
+        saved, target, keep = ctx.saved_tensors  # saved: the log-probabilities (one chunk) or the logits
         smoothing = ctx.smoothing
-        zero = log_probs.new_zeros(())
-        g_loss = zero if grad_loss is None else grad_loss.to(log_probs.dtype)
-        g_nll = zero if grad_nll is None else grad_nll.to(log_probs.dtype)
-        grad = log_probs.exp().mul_(g_loss + g_nll)  # [positions, vocab]: (g_loss + g_nll) * p
-        if smoothing > 0.0:
-            grad.sub_(g_loss * (smoothing / log_probs.shape[-1]))
-        at_target = (g_loss * (1.0 - smoothing) + g_nll).expand(target.shape[0], 1)
-        grad.scatter_add_(-1, target.unsqueeze(-1), -at_target)
+        dtype = saved.dtype if saved.dtype in (torch.float32, torch.float64) else torch.float32
+        zero = torch.zeros((), dtype=dtype, device=saved.device)
+        g_loss = zero if grad_loss is None else grad_loss.to(dtype)
+        g_nll = zero if grad_nll is None else grad_nll.to(dtype)
+        at_target = -(g_loss * (1.0 - smoothing) + g_nll)
+
+        def gradient(probs: torch.Tensor, rows: slice) -> torch.Tensor:
+            """``probs [rows, vocab]`` (p, overwritten) -> the gradient of those rows."""
+            grad = probs.mul_(g_loss + g_nll)  # (g_loss + g_nll) * p
+            if smoothing > 0.0:
+                grad.sub_(g_loss * (smoothing / probs.shape[-1]))
+            return grad.scatter_add_(-1, target[rows, None], at_target.expand(grad.shape[0], 1))
+
+        if ctx.whole:
+            grad = gradient(saved.exp(), slice(None)).to(ctx.logits_dtype)
+        else:
+            grad = torch.empty_like(saved)  # [positions, vocab] in the logits' 16-bit type
+            rows = _rows_per_chunk(saved)
+            for start in range(0, saved.shape[0], rows):
+                part = slice(start, start + rows)
+                grad[part] = gradient(_SmoothedCrossEntropy._log_probs(saved, start, start + rows).exp_(), part)
         padded = (~keep).nonzero().squeeze(-1)
         if padded.numel():
             grad.index_fill_(0, padded, 0.0)
-        return grad.to(ctx.logits_dtype), None, None, None
+        return grad, None, None, None

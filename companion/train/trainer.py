@@ -329,6 +329,8 @@ class Trainer:
     def _autocast(self) -> contextlib.AbstractContextManager:
         if self.device.type == "cuda" and self.config.bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.device.type == "cpu" and self.config.cpu_bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _train_step(self, group: list[Any], flags: Any) -> tuple[float, float, int, int, tuple[bool, bool]]:

@@ -481,3 +481,17 @@ def test_multihead_attention_names_a_wrong_dtype():
     x = torch.zeros(1, 2, 16, dtype=torch.float64)
     with pytest.raises(TypeError, match="dtype torch.float32"):
         MultiHeadAttention(16, 2)(x, x, x)
+
+
+def test_fast_attention_runs_in_float32_under_cpu_autocast():
+    """Under CPU bfloat16 autocast (training with TrainConfig.cpu_bf16) the fused kernel gets float32 copies of
+    bfloat16 queries, keys and values (its bfloat16 backward is many times slower on CPU): the output is float32
+    and equals float32 attention on the same values; outside autocast bfloat16 stays bfloat16."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8).to(torch.bfloat16) for _ in range(3))
+    mask = padding_mask(torch.tensor([[3, 4, 5, 0, 0], [3, 4, 5, 6, 7]]), 0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fast_attention(q, k, v, mask=mask)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fast_attention(q.float(), k.float(), v.float(), mask=mask), rtol=0, atol=0)
+    assert fast_attention(q, k, v, mask=mask).dtype == torch.bfloat16

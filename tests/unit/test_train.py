@@ -363,6 +363,8 @@ def test_train_config_rejects_non_finite_numbers(field, value):
 def test_train_config_options_declare_their_flags_and_check_their_types():
     with pytest.raises(ConfigError, match=r"bf16 \(--no-bf16\) must be True or False, got 'yes'"):
         TrainConfig(max_steps=1, bf16="yes")
+    with pytest.raises(ConfigError, match=r"cpu_bf16 \(--cpu-bf16\) must be True or False, got 1"):
+        TrainConfig(max_steps=1, cpu_bf16=1)
     with pytest.raises(ConfigError, match=r"device \(--device\) must be a string"):
         TrainConfig(max_steps=1, device=0)
 
@@ -504,3 +506,56 @@ def test_label_smoothed_loss_gradient_keeps_the_logits_dtype():
     assert loss_sum.dtype == torch.float32
     loss_sum.backward()
     assert logits.grad is not None and logits.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_bfloat16_logits_go_through_cache_sized_chunks_with_the_whole_array_numbers(monkeypatch, smoothing):
+    """16-bit logits on CPU are taken a few rows at a time (here forced to 2 rows a chunk, 4 chunks): the loss
+    and the gradient equal, to the bit, the whole-array computation on the float32 copy of the same logits, and
+    the gradient comes back in bfloat16 with padding rows at zero."""
+    import companion.train.loss as loss_module
+
+    torch.manual_seed(3)
+    logits = torch.randn(2, 4, 13).to(torch.bfloat16)
+    target = torch.randint(1, 13, (2, 4))
+    target[1, 2:] = 0
+    monkeypatch.setattr(loss_module, "_CHUNK_SCORES", 2 * 13)
+    assert loss_module._rows_per_chunk(logits.reshape(-1, 13)) == 2
+    assert loss_module._rows_per_chunk(logits.reshape(-1, 13).float()) == 8  # float32: one chunk, as before
+    results = []
+    for x in (logits.clone().requires_grad_(), logits.float().requires_grad_()):
+        loss_sum, nll_sum, _ = label_smoothed_loss(x, target, smoothing=smoothing, pad_id=0)
+        (0.7 * loss_sum - 1.3 * nll_sum).backward()
+        results.append((loss_sum.detach(), nll_sum.detach(), x.grad))
+    (chunked_loss, chunked_nll, chunked_grad), (loss, nll, grad) = results
+    assert torch.equal(chunked_loss, loss) and torch.equal(chunked_nll, nll)
+    assert chunked_grad.dtype == torch.bfloat16
+    assert torch.equal(chunked_grad, grad.to(torch.bfloat16))
+    assert chunked_grad[1, 2:].abs().max() == 0 and chunked_grad[0].abs().max() > 0
+
+
+def test_cpu_bf16_trains_the_forward_pass_under_autocast_and_keeps_float32_weights():
+    """TrainConfig(cpu_bf16=True) on CPU: the output layer's products come out in bfloat16, the weights stay
+    float32, and the copy task learns about as fast as in float32 (same seed and steps); off by default."""
+    assert TrainConfig(max_steps=1).cpu_bf16 is False
+    seen: dict[str, torch.dtype] = {}
+
+    def record(module, inputs, output) -> None:
+        seen.setdefault("logits", output.dtype)
+
+    final = {}
+    for cpu_bf16 in (False, True):
+        torch.manual_seed(0)
+        model = small_model()
+        if cpu_bf16:
+            model.generator.register_forward_hook(record)
+        batches = copy_batches(n=200)
+        config = TrainConfig(max_steps=100, cpu_bf16=cpu_bf16, device="cpu", warmup=30, progress=False)
+        trainer = Trainer(model, config, batches, batches[:2])
+        first = trainer.evaluate()["valid_nll"]
+        trainer.train()
+        final[cpu_bf16] = trainer.evaluate()["valid_nll"]
+        assert final[cpu_bf16] < first - 0.7  # learned, in nats per token
+    assert seen["logits"] == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert abs(final[True] - final[False]) < 0.3, final
