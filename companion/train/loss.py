@@ -66,12 +66,13 @@ def _rows_per_chunk(logits: torch.Tensor) -> int:
     """How many rows of ``logits [positions, vocab]`` :class:`_SmoothedCrossEntropy` takes at a time: 16-bit logits
     on CPU in chunks of about 512K scores (2 MiB in float32, which a core's cache holds), so that each chunk is
     made float32 and passed over while it is in the cache; otherwise all rows at once."""
-    if logits.device.type != "cpu" or logits.dtype in (torch.float32, torch.float64):
+    if logits.device.type != "cpu" or logits.dtype in _EXACT:
         return max(1, logits.shape[0])
     return max(1, _CHUNK_SCORES // max(1, logits.shape[-1]))
 
 
 _CHUNK_SCORES = 1 << 19
+_EXACT = (torch.float32, torch.float64)  # score types computed as they are; 16-bit ones are computed in float32
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
@@ -101,7 +102,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def _log_probs(logits: torch.Tensor, start: int, stop: int) -> torch.Tensor:
         """``log_softmax`` of rows ``start:stop`` of ``logits`` (float32, or float64 for float64 logits)."""
         chunk = logits[start:stop]
-        exact = chunk if chunk.dtype in (torch.float32, torch.float64) else chunk.float()
+        exact = chunk if chunk.dtype in _EXACT else chunk.float()
         return F.log_softmax(exact, dim=-1)
 
     @staticmethod
@@ -132,7 +133,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     ) -> tuple[torch.Tensor, None, None, None]:
         saved, target, keep = ctx.saved_tensors  # saved: the log-probabilities (one chunk) or the logits
         smoothing = ctx.smoothing
-        dtype = saved.dtype if saved.dtype in (torch.float32, torch.float64) else torch.float32
+        dtype = saved.dtype if saved.dtype in _EXACT else torch.float32
         zero = torch.zeros((), dtype=dtype, device=saved.device)
         g_loss = zero if grad_loss is None else grad_loss.to(dtype)
         g_nll = zero if grad_nll is None else grad_nll.to(dtype)
