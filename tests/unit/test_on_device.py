@@ -162,9 +162,10 @@ def test_training_on_device_lowers_the_loss_and_its_checkpoint_loads_on_the_cpu(
     for (name, trained), (_, read) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(trained.cpu(), read), name
     # the checkpoint read on the CPU, in float32, scores the validation batches as training measured them on the
-    # device (there in bfloat16 autocast on CUDA: a few parts in a thousand apart)
+    # device (on CUDA in bfloat16 autocast, whose rounded products leave a small gap: 3% allowed; wrong weights
+    # or a wrong mask would be far off)
     assert _nll(loaded, batches[:2]) == pytest.approx(
-        summary["valid"]["valid_nll"], rel=1e-4 if device == "cpu" else 2e-2
+        summary["valid"]["valid_nll"], rel=1e-4 if device == "cpu" else 3e-2
     )
 
 
