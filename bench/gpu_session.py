@@ -4,7 +4,7 @@ A task that is lent a GPU machine gets about 15 minutes of device time in all (t
 10 minutes per command, on a machine that has PyTorch but not spaCy or Hugging Face ``datasets``. So the work is
 prepared here, run there in one call, and scored here:
 
-    python bench/gpu_session.py prepare                  # here: the two token files under bench/data/
+    python bench/gpu_session.py prepare                  # here: the token file bench/data/multi30k_bpe.pt
     python3 bench/gpu_session.py run --out $OUT           # on the GPU machine, one call that carries bench/data
     python bench/gpu_session.py collect FOLDER            # here, on the files that came back: bench/results/
 
@@ -16,8 +16,9 @@ or is cut off leaves the others' results:
 2. ``tests``: ``tests/unit/test_on_device.py`` (the package on the GPU against the CPU: attention kernels, linear
    layers, searches, cache, bf16 training, checkpoints across devices) and the device cases of
    ``tests/unit/test_model.py``;
-3. ``throughput``: ``bench/gpu_throughput.py`` (the base model at ~25,000 tokens per batch side, eager, compiled and
-   eager without the fused Q/K/V projection; tokens/s, MFU against the datasheet peak and a measured bf16 product);
+3. ``throughput``: ``bench/gpu_throughput.py`` on the same file's German -> English training pairs (the base model at
+   ~25,000 tokens per batch side, eager, compiled and eager without the fused Q/K/V projection; tokens/s, MFU against
+   the datasheet peak and a measured bf16 product);
 4. ``quality``: ``bench/multi30k_gpu.py train`` for de->en (base model, bf16), then its averaging and decoding. It
    gets the minutes left of ``--budget-seconds`` after the earlier phases and a reserve for averaging and decoding,
    at most ``--quality-minutes`` (default 10, what issue 23 asks for; within one 10-minute command about 5 remain).
@@ -50,8 +51,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from _common import with_provenance  # noqa: E402
 
-THROUGHPUT_DATA = ROOT / "bench" / "data" / "multi30k_de-en.pt"  # bench/prepare_tokens.py's format
-QUALITY_DATA = ROOT / "bench" / "data" / "multi30k_bpe.pt"  # bench/multi30k_gpu.py prepare's format
+# bench/multi30k_gpu.py prepare's file (one shared BPE vocabulary, every split): one file for both GPU scripts, to
+# keep what travels to the GPU machine small (the checkout and the carried files may not pass 64 MiB)
+DATA = ROOT / "bench" / "data" / "multi30k_bpe.pt"
 DECODE_RESERVE_SECONDS = 100  # averaging 5 checkpoints and decoding validation and test with beam 4, on a GPU
 PHASE_CAPS = {"tests": 180, "throughput": 240}  # the most seconds each may take before the quality run
 TESTS = ["tests/unit/test_on_device.py", "tests/unit/test_model.py::test_runs_on_device"]
@@ -59,17 +61,10 @@ TESTS = ["tests/unit/test_on_device.py", "tests/unit/test_model.py::test_runs_on
 
 # -- prepare (here) -------------------------------------------------------------------------------------------
 def prepare(args: argparse.Namespace) -> int:
-    data_dir = ["--data-dir", args.data_dir] if args.data_dir else []
-    commands = [
-        ["bench/prepare_tokens.py", "--out", str(args.throughput_data), *data_dir],
-        ["bench/multi30k_gpu.py", "prepare", "--out", str(args.quality_data), *data_dir],
-    ]
-    for command in commands:
-        print("$ python " + " ".join(command), flush=True)
-        done = subprocess.run([sys.executable, *command], cwd=ROOT)
-        if done.returncode != 0:
-            return done.returncode
-    return 0
+    command = ["bench/multi30k_gpu.py", "prepare", "--out", str(args.data)]
+    command += ["--data-dir", args.data_dir] if args.data_dir else []
+    print("$ python " + " ".join(command), flush=True)
+    return subprocess.run([sys.executable, *command], cwd=ROOT).returncode
 
 
 # -- run (on the GPU machine) ---------------------------------------------------------------------------------
@@ -100,7 +95,7 @@ def phase_commands(args: argparse.Namespace, out: pathlib.Path) -> dict[str, lis
         "throughput": [
             "bench/gpu_throughput.py",
             "--data",
-            str(args.throughput_data),
+            str(args.data),
             "--out",
             str(out / "gpu_throughput.json"),
             *smoke,
@@ -110,7 +105,7 @@ def phase_commands(args: argparse.Namespace, out: pathlib.Path) -> dict[str, lis
             "bench/multi30k_gpu.py",
             "train",
             "--data",
-            str(args.quality_data),
+            str(args.data),
             "--directions",
             "de-en",
             "--out",
@@ -210,7 +205,7 @@ def collect(args: argparse.Namespace) -> int:
     raw = folder / "multi30k_gpu_raw.json"
     if raw.is_file():
         out = args.results_dir / ("multi30k_smoke.json" if session["smoke"] else "multi30k_cuda.json")
-        command = ["bench/multi30k_gpu.py", "score", "--data", str(args.quality_data), "--raw", str(raw)]
+        command = ["bench/multi30k_gpu.py", "score", "--data", str(args.data), "--raw", str(raw)]
         done = subprocess.run([sys.executable, *command, "--out", str(out)], cwd=ROOT)
         if done.returncode != 0:
             return done.returncode
@@ -232,13 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     steps = parser.add_subparsers(dest="step", required=True)
     data = argparse.ArgumentParser(add_help=False)
-    data.add_argument(
-        "--throughput-data", type=pathlib.Path, default=THROUGHPUT_DATA, help="bench/prepare_tokens.py's file"
-    )
-    data.add_argument(
-        "--quality-data", type=pathlib.Path, default=QUALITY_DATA, help="bench/multi30k_gpu.py prepare's file"
-    )
-    p = steps.add_parser("prepare", parents=[data], help="here: write both token files")
+    data.add_argument("--data", type=pathlib.Path, default=DATA, help="bench/multi30k_gpu.py prepare's file")
+    p = steps.add_parser("prepare", parents=[data], help="here: write the token file")
     p.add_argument("--data-dir", default=None, help="local Multi30k folder (default: COMPANION_DATA_DIR, else the hub)")
     r = steps.add_parser("run", parents=[data], help="on the GPU machine: every phase, results in --out")
     r.add_argument("--out", type=pathlib.Path, required=True, help="folder for the results ($OUT on the GPU machine)")
@@ -262,10 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.step in ("run", "collect"):
-        needed = [args.quality_data] if args.step == "collect" else [args.throughput_data, args.quality_data]
-        for path in needed:
-            if not path.is_file():
-                parser.error(f"{path} does not exist: write it here with `python bench/gpu_session.py prepare`")
+        if not args.data.is_file():
+            parser.error(f"--data {args.data} does not exist: write it here with `python bench/gpu_session.py prepare`")
     if args.step == "run" and args.budget_seconds <= 0:
         parser.error(f"--budget-seconds must be positive, got {args.budget_seconds:g}")
     return {"prepare": prepare, "run": run, "collect": collect}[args.step](args)

@@ -34,9 +34,15 @@ from companion.train import label_smoothed_loss, noam_lr  # noqa: E402
 
 
 def load_pairs(path: pathlib.Path) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """The training pairs and the vocabulary size of a file from ``bench/prepare_tokens.py``, or of one from
+    ``bench/multi30k_gpu.py prepare`` (its training split, German -> English: one file serves both GPU scripts)."""
     data = torch.load(path, weights_only=True)
+    src, tgt = ("src", "tgt") if "src_flat" in data else ("train_de", "train_en")
     pairs = list(
-        zip(unflatten(data["src_flat"], data["src_offsets"]), unflatten(data["tgt_flat"], data["tgt_offsets"]))
+        zip(
+            unflatten(data[f"{src}_flat"], data[f"{src}_offsets"]),
+            unflatten(data[f"{tgt}_flat"], data[f"{tgt}_offsets"]),
+        )
     )
     return pairs, int(data["vocab_size"])
 
@@ -147,7 +153,12 @@ def sync(device):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=pathlib.Path, required=True, help="file from bench/prepare_tokens.py")
+    parser.add_argument(
+        "--data",
+        type=pathlib.Path,
+        required=True,
+        help="file from bench/prepare_tokens.py or bench/multi30k_gpu.py prepare",
+    )
     parser.add_argument("--max-tokens", type=int, default=25000, help="padded tokens per batch side")
     parser.add_argument("--steps", type=int, default=40, help="timed steps per mode")
     parser.add_argument("--warmup-steps", type=int, default=15, help="untimed steps first (compilation)")

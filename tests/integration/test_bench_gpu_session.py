@@ -27,7 +27,7 @@ def session(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def token_files(multi30k_folder, tmp_path) -> list[str]:
-    files = ["--throughput-data", str(tmp_path / "tokens.pt"), "--quality-data", str(tmp_path / "bpe.pt")]
+    files = ["--data", str(tmp_path / "bpe.pt")]
     done = session("prepare", "--data-dir", str(multi30k_folder), *files)
     assert done.returncode == 0, done.stderr
     return files
@@ -64,15 +64,14 @@ def test_every_phase_runs_in_smoke_mode_and_collect_writes_the_results(token_fil
     assert set(scored["results"]) == {"de-en"} and scored["results"]["de-en"]["alpha_choice"]["chosen_on"] == "valid"
 
 
-def test_a_failing_phase_is_recorded_and_the_later_ones_still_run(token_files, tmp_path):
+def test_a_failing_phase_is_recorded_and_the_later_ones_still_run(tmp_path):
     out = tmp_path / "out"
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a token file")
-    files = list(token_files)
-    files[files.index("--throughput-data") + 1] = str(broken)
-    done = session("run", "--smoke", "--out", str(out), "--phases", "throughput", "quality", *files)
+    done = session("run", "--smoke", "--out", str(out), "--phases", "throughput", "tests", "--data", str(broken))
     assert done.returncode == 1 and "failed: throughput" in done.stdout
     phases = json.loads((out / "session.json").read_text())["phases"]
+    assert [p["phase"] for p in phases] == ["throughput", "tests"]
     assert phases[0]["returncode"] != 0 and phases[1]["returncode"] == 0
 
 
@@ -83,8 +82,10 @@ def test_run_without_cuda_stops_with_a_clear_message(token_files, tmp_path):
 
 
 def test_missing_inputs_are_named(tmp_path):
-    done = session("run", "--smoke", "--out", str(tmp_path / "out"), "--quality-data", str(tmp_path / "absent.pt"))
-    assert done.returncode == 2 and "does not exist" in done.stderr and "gpu_session.py prepare" in done.stderr
+    done = session("run", "--smoke", "--out", str(tmp_path / "out"), "--data", str(tmp_path / "absent.pt"))
+    assert (
+        done.returncode == 2 and "absent.pt does not exist" in done.stderr and "gpu_session.py prepare" in done.stderr
+    )
     (tmp_path / "bpe.pt").write_bytes(b"")
-    done = session("collect", str(tmp_path), "--quality-data", str(tmp_path / "bpe.pt"))
+    done = session("collect", str(tmp_path), "--data", str(tmp_path / "bpe.pt"))
     assert done.returncode != 0 and "no session.json" in done.stderr
