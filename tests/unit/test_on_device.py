@@ -23,7 +23,8 @@ from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
 from companion import Transformer, TransformerConfig
 from companion._linear import Linear
 from companion.attention import fast_attention, scaled_dot_product_attention
-from companion.checkpoint import load_checkpoint, model_from_checkpoint
+from companion.checkpoint import list_checkpoints, load_checkpoint, model_from_checkpoint
+from companion.cli import main
 from companion.data import make_batches, synthetic_pairs
 from companion.decode import beam_search, greedy_decode
 from companion.decode._blocks import first_argmax, top_k
@@ -186,3 +187,18 @@ def _train_losses(out_dir: pathlib.Path) -> list[float]:
     """The training loss of every step, from the run's metrics.jsonl (``log_every=1``)."""
     lines = (out_dir / "metrics.jsonl").read_text().splitlines()
     return [record["loss"] for record in map(json.loads, lines) if record["kind"] == "train"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_command_line_trains_and_resumes_on_device(device, tmp_path, capsys):
+    """A run started on ``device`` and resumed there: the optimizer's state, read back from the checkpoint, must
+    land on the device with the weights (else the first resumed step fails), and training goes on from step 4."""
+    out = tmp_path / "run"
+    flags = ["--task", "copy", "--preset", "tiny", "--num-examples", "300", "--max-tokens", "200", "--no-progress"]
+    assert main(["train", *flags, "--device", device, "--max-steps", "4", "--out", str(out)]) == 0
+    assert main(["train", "--resume", "--out", str(out), "--max-steps", "8", "--no-progress"]) == 0
+    assert "resumed at step 4" in capsys.readouterr().out
+    assert json.loads((out / "run.json").read_text())["device"].startswith(device)
+    assert [p.name for p in list_checkpoints(out / "checkpoints")][-1] == "step_00000008.pt"
+    losses = _train_losses(out)
+    assert len(losses) >= 2 and all(torch.isfinite(torch.tensor(losses)))
