@@ -5,8 +5,8 @@ device), so the same assertions check the CPU code paths in CI and the GPU ones 
 ``bench/gpu_session.py`` runs this file there first. What differs by device inside the package, and is checked here:
 the attention kernel (PyTorch's fused ones) and its guards (NaN queries, fully masked rows), the linear layers (a kept
 transposed copy on CPU, the stacked weights elsewhere), the searches' block-wise argmax and top-k (CPU only), the
-key/value cache, bfloat16 autocast in training (on by default on CUDA) and checkpoints written on one device and read
-on another.
+key/value cache, bfloat16 autocast in training (on by default on CUDA), checkpoints written on one device and read
+on another, a command-line run resumed on its device, and the shipped models translating there as on the CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
 
-from companion import Transformer, TransformerConfig
+from companion import Transformer, TransformerConfig, load_pretrained
 from companion._linear import Linear
 from companion.attention import fast_attention, scaled_dot_product_attention
 from companion.checkpoint import list_checkpoints, load_checkpoint, model_from_checkpoint
@@ -202,3 +202,17 @@ def test_the_command_line_trains_and_resumes_on_device(device, tmp_path, capsys)
     assert [p.name for p in list_checkpoints(out / "checkpoints")][-1] == "step_00000008.pt"
     losses = _train_losses(out)
     assert len(losses) >= 2 and all(torch.isfinite(torch.tensor(losses)))
+
+
+SENTENCES = {
+    "de-en": ["Ein Hund läuft im Schnee.", "Zwei Männer spielen Fußball auf einer Wiese.", "Eine Frau liest ein Buch."],
+    "en-de": ["A dog runs in the snow.", "Two men are playing soccer on a field.", "A woman is reading a book."],
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("direction", sorted(SENTENCES))
+def test_the_shipped_models_translate_on_device_as_on_the_cpu(device, direction):
+    on_device = load_pretrained(direction, device=device)
+    assert next(on_device.model.parameters()).device.type == device
+    assert on_device.translate(SENTENCES[direction]) == load_pretrained(direction).translate(SENTENCES[direction])
