@@ -320,6 +320,7 @@ def _export(
             "exporting to ONNX needs the onnx and onnxscript packages: pip install 'attention-executed[export]'"
         ) from error
     partial = path.with_name(path.name + ".partial")
+    graph.eval()  # a fresh wrapper starts in training mode (the model inside is already in eval mode)
     program = torch.onnx.export(
         graph,
         args,

@@ -10,6 +10,7 @@ companion.decode.beam_search on 200 of them."""
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import numpy as np
 import pytest
@@ -203,7 +204,13 @@ def test_untied_output_layer_and_a_small_vocabulary(tiny_model, tmp_path):
     with torch.no_grad():
         model.generator.bias.normal_()  # a bias far from zero
     vocab = model.config.tgt_vocab_size
-    sessions = load_onnx(export_onnx(model, tmp_path, top_k=vocab)["decoder"].parent)
+    model.train()  # exported as the user may hold it: in training mode
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sessions = load_onnx(export_onnx(model, tmp_path, top_k=vocab)["decoder"].parent)
+    assert not [str(w.message) for w in caught if "training mode" in str(w.message)]  # graphs exported in eval mode
+    assert model.training  # and the model given back in the mode it came in
+    model.eval()  # the reference below: no dropout
     src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, 0, 0]])
     tokens = torch.tensor([[BOS_ID], [BOS_ID]])
     _, _, cross_kv = run_encoder(sessions, src.numpy())
