@@ -84,6 +84,7 @@ def run_direction(args: argparse.Namespace, direction: str) -> dict:
     # bench/multi30k.py's training command with a checkpoint every --fine minutes, all of them kept
     given = argparse.Namespace(save_every_minutes=args.fine, average_last=COUNT, seed=0, data_dir=data_dir)
     keep = ["--keep-last", str(int(args.minutes / args.fine) + 5), "--threads", str(args.threads), "--no-progress"]
+    keep.append("--no-choose-alpha")  # every average is scored at the fixed alpha 1.0 below
     flags = train_flags(given, src, tgt, "cpu", args.minutes, out, keep)
     print(f"\n=== {direction}: python -m companion {' '.join(flags)}", flush=True)
     summary = train_run(train_options(flags), command=flags[1:])

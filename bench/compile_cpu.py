@@ -43,7 +43,7 @@ def run(mode: str, args: argparse.Namespace) -> dict:
     out = pathlib.Path(args.runs_dir) / f"compile-cpu-{mode}"
     flags = ["train", "--src", "de", "--tgt", "en", "--max-steps", str(args.steps), "--device", "cpu"]
     flags += ["--threads", str(args.threads), "--seed", "0", "--log-every", str(args.log_every)]
-    flags += ["--eval-every", "100000", "--out", str(out), "--overwrite", "--no-progress"]
+    flags += ["--eval-every", "100000", "--out", str(out), "--overwrite", "--no-progress", "--no-choose-alpha"]
     if args.data_dir:
         flags += ["--data-dir", args.data_dir]
     if mode == "compiled":

@@ -385,6 +385,7 @@ def train_flags(
         "100000",
         "--log-every",
         "25",
+        "--no-choose-alpha",  # alpha is chosen after training by choose_alpha (this benchmark's beam), or --alpha
     ]
     data_dir = args.data_dir or default_data_dir()
     if data_dir:

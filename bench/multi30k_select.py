@@ -194,6 +194,7 @@ def run_candidate(name: str, args: argparse.Namespace) -> dict:
     )
     out = Path(args.runs_dir) / f"select-{args.direction}-{name}"
     extra = [*CANDIDATES[name], "--keep-last", str(KEEP), "--threads", str(args.threads), "--no-progress"]
+    extra.append("--no-choose-alpha")  # each average is scored below at every alpha of ALPHAS
     flags = multi30k.train_flags(bench_args, src, tgt, "cpu", args.minutes, out, extra)
     given = train_options(flags)
     print(f"\n=== {name}: python -m companion {' '.join(flags)}", flush=True)

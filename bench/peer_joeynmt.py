@@ -442,6 +442,7 @@ def companion_flags(args: argparse.Namespace, out: pathlib.Path) -> list[str]:
         "--eval-every",
         "100000",
         "--no-progress",
+        "--no-choose-alpha",  # both toolkits decode test with the recipe's fixed beam 4 and alpha 0.6
         "--data-dir",
         args.data_dir,
         "--out",

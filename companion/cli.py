@@ -5,7 +5,7 @@ Examples::
     python -m companion train --preset small --src de --tgt en --data-dir ../shared/data/multi30k \\
         --max-minutes 20 --average-last 5 --out runs/de-en
     python -m companion translate --checkpoint runs/de-en < sentences.de > sentences.en
-    python -m companion choose-alpha --checkpoint runs/de-en        # on the validation split, into averaged.pt
+    python -m companion choose-alpha --checkpoint runs/de-en        # again: train ends by choosing it on validation
     python -m companion evaluate --checkpoint runs/de-en --split test
     torchrun --nproc_per_node 2 -m companion train --preset base --out runs/base   # several processes
 

@@ -6,7 +6,7 @@ A run config holds three sections and the few settings of the run itself:
 * ``model`` -- :class:`ModelOptions`: the model settings that do not depend on the data (the vocabulary sizes
   are known once the tokenizers are built, :meth:`RunConfig.model_config`);
 * ``train`` -- :class:`~companion.train.TrainConfig` itself: the Trainer's settings, declared and checked there;
-* ``preset``, ``out``, ``resume``, ``overwrite``, ``threads``, ``average_last``: the run's own.
+* ``preset``, ``out``, ``resume``, ``overwrite``, ``threads``, ``average_last``, ``choose_alpha``: the run's own.
 
 Every option is a field of exactly one of these, declared once with :func:`companion.options.option` (type,
 default, help, flag, resumability) and checked once, by the class that declares it. The command line's flags
@@ -39,7 +39,9 @@ DEFAULTS_NOTE = (
     "chosen on the validation split with bench/multi30k_select.py): --preset small (with its 1,200-token "
     "batches), --tokenizer bpe with --vocab-size 8000 (one vocabulary shared by both languages), and with "
     "--max-minutes M a checkpoint every M/30 minutes (--save-every-minutes 0.4 for 12 minutes, 1 for 30) of "
-    "which the last 5 are averaged into DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging). So "
+    "which the last 5 are averaged into DIR/averaged.pt (--average-last 5, the paper's checkpoint averaging), and at "
+    "the end beam search's length penalty is chosen on the validation split and recorded there (--no-choose-alpha "
+    "skips it). So "
     "'companion train --src de --tgt en --max-minutes 20 --out DIR' runs that setting; every flag given "
     "explicitly overrides its default."
 )
@@ -104,6 +106,15 @@ class RunConfig:
         f"{DEFAULT_AVERAGE_LAST}, at most --keep-last, when the run writes periodic checkpoints, else 1 = no "
         "averaging)",
         metavar="N",
+        group="run",
+        resumable=True,
+    )
+    choose_alpha: bool = option(
+        True,
+        "do not choose beam search's length penalty at the end (by default a translation run with a validation "
+        "split ends as 'companion choose-alpha' does: one beam-4 search of that split, and the alpha with the "
+        "highest BLEU is recorded in the checkpoint that translate and evaluate use)",
+        flag="--no-choose-alpha",
         group="run",
         resumable=True,
     )

@@ -1,8 +1,9 @@
 """``companion train``: :func:`train_run`, a fresh run or ``--resume``, one process or several under ``torchrun``.
 
 :func:`train_run` reads top to bottom: check the options, prepare and lock the folder, settle the config (the
-recorded one when resuming), build the data and the model, record the run, train, average the last checkpoints.
-The helpers below it do one step each.
+recorded one when resuming), build the data and the model, record the run, train, average the last checkpoints,
+and for a translation run choose beam search's length penalty on the validation split (``companion choose-alpha``,
+recorded in the checkpoint that ``translate`` and ``evaluate`` use). The helpers below it do one step each.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from ..devices import cleanup_distributed, keep_freed_memory, setup_distributed
 from ..errors import CompanionError, ConfigError, RunError
 from ..model import Transformer
 from ..train import TrainConfig, Trainer
+from .choose import ChooseAlphaConfig, choose_alpha_run
 from .config import RunConfig
 from .folder import prepare_out_dir
 from .identity import RunData, build_run_data, check_same_data
+from .infer import PAPER_ALPHA
 from .sections import TRANSLATION
 
 __all__ = ["train_run"]
@@ -48,8 +51,10 @@ def train_run(
 
     Returns:
         The :meth:`~companion.train.Trainer.train` summary (steps, epochs, train_seconds, tokens_seen,
-        valid, checkpoint) plus ``wall_seconds`` and, when checkpoints are averaged, ``averaged`` (the path of
-        ``averaged.pt``) and ``averaged_from``.
+        valid, checkpoint) plus ``wall_seconds`` (to the end of training and averaging); when checkpoints are
+        averaged, ``averaged`` (the path of ``averaged.pt``) and ``averaged_from``; when beam search's length
+        penalty was chosen on the validation split (translation runs, unless ``choose_alpha=False``),
+        ``alpha_choice`` (``companion choose-alpha``'s record) and ``alpha_choice_seconds``.
 
     Raises:
         ConfigError: an option has an invalid value.
@@ -103,7 +108,9 @@ def train_run(
             summary.update(_average_last_checkpoints(config, out))
         summary["wall_seconds"] = time.time() - started
         if rank == 0:
-            _print_summary(summary, stream, out if config.data.task == TRANSLATION else None)
+            _print_summary(summary, stream)
+            if config.data.task == TRANSLATION:
+                summary.update(_choose_alpha(config, out, trainer.device, bool(data.valid_batches), stream))
         return summary
     except BaseException:
         if folder is not None:
@@ -323,8 +330,8 @@ def _source_name(data: Any) -> str:
     return f"files {Path(data.train_files[0]).name}..." if data.train_files else f"folder {data.data_dir}"
 
 
-def _print_summary(summary: Mapping[str, Any], stream: TextIO, translation_run: Path | None = None) -> None:
-    """The last line of a run; for a translation run (``translation_run``: its folder) the next step too."""
+def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
+    """The line that ends a run's training."""
     valid = summary.get("valid") or {}
     ppl = f" valid_ppl={valid['valid_ppl']:.2f}" if valid else ""
     print(
@@ -335,10 +342,51 @@ def _print_summary(summary: Mapping[str, Any], stream: TextIO, translation_run: 
         file=stream,
         flush=True,
     )
-    if translation_run is not None:
+
+
+def _choose_alpha(
+    config: RunConfig, out: Path, device: torch.device, has_valid: bool, stream: TextIO
+) -> dict[str, Any]:
+    """The end of a translation run: unless ``--no-choose-alpha``, beam search's length penalty chosen on the
+    validation split and recorded in the checkpoint that ``translate`` and ``evaluate`` use (``companion
+    choose-alpha`` on the run's folder). Returns ``{"alpha_choice": record, "alpha_choice_seconds": s}``, or
+    ``{}`` when no choice is made (no validation split, the flag, or a failure, which warns: the trained run
+    stays complete and ``companion choose-alpha`` can choose later)."""
+    command = f"companion choose-alpha --checkpoint {out}"
+    if not config.choose_alpha or not has_valid:
+        why = "--no-choose-alpha" if has_valid else "the run has no validation split"
+        how = command if has_valid else command + " --src-file HELD_OUT_SRC --ref-file HELD_OUT_REF"
         print(
-            f"companion train: next, choose beam search's length penalty on the validation split: "
-            f"companion choose-alpha --checkpoint {translation_run}",
+            f"companion train: beam search's length penalty was not chosen ({why}); translate and evaluate use "
+            f"alpha {PAPER_ALPHA} unless given --alpha; to choose it on held-out sentences: {how}",
             file=stream,
             flush=True,
         )
+        return {}
+    started = time.time()
+    try:
+        # the run's own folder where it named one (a Multi30k-shaped folder would otherwise yield to
+        # $COMPANION_DATA_DIR, as evaluate's --split does)
+        held_out = ChooseAlphaConfig(str(out), device=str(device), data_dir=config.data.data_dir)
+        record = choose_alpha_run(held_out)
+    except CompanionError as error:
+        warnings.warn(
+            f"the run is trained, but choosing beam search's length penalty failed: {error}. Once that is "
+            f"fixed: {command}",
+            stacklevel=3,
+        )
+        return {}
+    seconds = time.time() - started
+    alpha, bleu = record["alpha"], record["bleu"]  # bleu: by alpha, written as in the grid ("0.6")
+    where = "the validation split" if record["chosen_on"] == "valid" else record["chosen_on"]
+    paper = (
+        f" against {bleu[f'{PAPER_ALPHA:g}']:.2f} at the paper's {PAPER_ALPHA:g}" if f"{PAPER_ALPHA:g}" in bleu else ""
+    )
+    print(
+        f"companion train: alpha {alpha:g} chosen on {where} ({record['sentences']:,} sentences, beam "
+        f"{record['beam_size']}, {seconds:.0f} s; BLEU {bleu[f'{alpha:g}']:.2f}{paper}) and recorded in "
+        f"{record['checkpoint']}: translate and evaluate decode with it unless given --alpha",
+        file=stream,
+        flush=True,
+    )
+    return {"alpha_choice": record, "alpha_choice_seconds": seconds}

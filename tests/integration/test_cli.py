@@ -133,6 +133,7 @@ def test_multi30k_round_trip_train_translate_evaluate(tmp_path, capsys, monkeypa
             "2",
             "--save-every",
             "2",
+            "--no-choose-alpha",  # 4 steps: a choice on 1,014 sentences would measure nothing (test_choose.py)
         ]
     )
     assert code == 0
@@ -240,6 +241,7 @@ def test_word_tokenizer_run_translates(tmp_path, capsys, monkeypatch):
                 "cpu",
                 "--threads",
                 "1",
+                "--no-choose-alpha",
             ]
         )
         == 0

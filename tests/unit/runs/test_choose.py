@@ -43,8 +43,9 @@ def test_the_grid_defaults_to_the_libraries_and_words_become_numbers():
 
 def test_choose_alpha_records_the_choice_and_evaluate_uses_it(tmp_path, capsys):
     data, out = write_corpus(tmp_path / "data"), tmp_path / "run"
-    assert train_words(data, out, 30, "--src", "en", "--tgt", "de") == 0
-    assert f"companion choose-alpha --checkpoint {out}" in capsys.readouterr().out  # train names the next step
+    assert train_words(data, out, 30, "--src", "en", "--tgt", "de", "--no-choose-alpha") == 0
+    said = capsys.readouterr().out
+    assert "not chosen (--no-choose-alpha)" in said and f"companion choose-alpha --checkpoint {out}" in said
     weights = resolve_checkpoint(out)
     assert "decoding" not in load_checkpoint(weights)
 
@@ -99,3 +100,54 @@ def test_a_shipped_model_file_is_never_rewritten(tmp_path, capsys):
     assert main(["choose-alpha", "--checkpoint", str(copy), "--data-dir", str(data), "--alphas", "0.6", "2"]) == 0
     assert "alpha" in load_checkpoint(copy)["decoding"] and shipped.read_bytes() == original
     assert ChooseAlphaConfig(checkpoint=copy).checkpoint == str(copy)  # a path object is accepted
+
+
+def test_train_chooses_alpha_on_its_own_validation_split_at_the_end(tmp_path, capsys, monkeypatch):
+    pairs = [(f"a dog number {i} .", f"ein hund nummer {i} .") for i in range(25)]
+    data = write_corpus(tmp_path / "data", {"val": pairs})
+    out = tmp_path / "run"
+    # a Multi30k-shaped folder would yield to $COMPANION_DATA_DIR in evaluate: the choice must use the run's own
+    monkeypatch.setenv("COMPANION_DATA_DIR", str(write_corpus(tmp_path / "elsewhere")))
+    assert train_words(data, out, 30, "--src", "en", "--tgt", "de") == 0
+    said = capsys.readouterr().out.splitlines()
+    weights = resolve_checkpoint(out)
+    recorded = load_checkpoint(weights)["decoding"]
+    assert recorded["chosen_on"] == "valid" and recorded["sentences"] == 25 and recorded["beam_size"] == 4
+    assert set(recorded["bleu"]) == {f"{a:g}" for a in ALPHA_GRID}
+    assert said[-1].startswith(f"companion train: alpha {recorded['alpha']:g} chosen on the validation split (25 ")
+    assert f"recorded in {weights}" in said[-1]
+
+    monkeypatch.delenv("COMPANION_DATA_DIR")
+    assert main(["evaluate", "--checkpoint", str(out), "--split", "valid", "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["alpha"] == recorded["alpha"] and evaluated["decoding_from"].startswith("chosen on valid")
+    assert evaluated["bleu"] == pytest.approx(recorded["bleu"][f"{recorded['alpha']:g}"], abs=0.005)
+
+
+def test_train_without_a_validation_split_says_how_to_choose_alpha(tmp_path, capsys):
+    src, tgt = tmp_path / "train.en", tmp_path / "train.de"
+    src.write_text("".join(f"a man number {i} .\n" for i in range(30)))
+    tgt.write_text("".join(f"ein mann nummer {i} .\n" for i in range(30)))
+    out = tmp_path / "run"
+    only_train = ["--src", "en", "--tgt", "de", "--train", str(src), str(tgt), "--tokenizer", "word"]
+    options = ["--preset", "tiny", "--max-steps", "4", "--max-tokens", "200", "--device", "cpu", "--no-progress"]
+    assert main(["train", *only_train, *options, "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert "not chosen (the run has no validation split)" in said
+    assert f"companion choose-alpha --checkpoint {out} --src-file" in said
+    assert "decoding" not in load_checkpoint(resolve_checkpoint(out))
+
+
+def test_a_failed_choice_warns_and_leaves_the_trained_run_complete(tmp_path, capsys, monkeypatch):
+    import companion.runs.train as train_module
+    from companion.errors import RunError
+
+    def fail(config):
+        raise RunError("the validation files are gone")
+
+    monkeypatch.setattr(train_module, "choose_alpha_run", fail)
+    data, out = write_corpus(tmp_path / "data"), tmp_path / "run"
+    with pytest.warns(UserWarning, match="the run is trained, but choosing .* the validation files are gone"):
+        assert train_words(data, out, 6, "--src", "en", "--tgt", "de") == 0
+    assert "decoding" not in load_checkpoint(resolve_checkpoint(out))
+    assert "stopped (max_steps) at step 6" in capsys.readouterr().out
