@@ -10,6 +10,7 @@ log-likelihood per target token, padding excluded.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -59,15 +60,56 @@ def _check_corpus(hypotheses: object, references: object) -> tuple[list[str], li
     return checked[0], checked[1]
 
 
-def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str]:
+# Target languages written without spaces between words, for which sacreBLEU's default tokenizer (13a) would see a
+# whole sentence as one word: Chinese, Japanese and Korean get the tokenizer sacreBLEU itself picks for them
+# (BLEU(trg_lang=...): zh, ja-mecab, ko-mecab); Thai, Lao, Khmer and Burmese, for which it has none that works
+# offline, are scored over characters.
+_SACREBLEU_OWN_TOKENIZER = ("zh", "ja", "ko")
+_CHARACTER_BLEU = ("th", "lo", "km", "my")
+
+
+def _bleu_metric(language: str | None = None):
+    """sacreBLEU's ``BLEU`` for translations into ``language`` (an ISO code such as ``"de"`` or ``"zh"``; None:
+    unknown): tokenizer 13a, except for the languages above. Japanese and Korean need sacreBLEU's extra
+    (``pip install "sacrebleu[ja]"`` or ``"sacrebleu[ko]"``); without it they are scored over characters, with a
+    warning. The tokenizer is in the signature (``tok:zh``, ``tok:char``)."""
+    BLEU = import_optional("sacrebleu.metrics", "scoring BLEU").BLEU
+    if language is None:
+        return BLEU()
+    if not isinstance(language, str):
+        raise TypeError(f"language must be a language code such as 'de', got {type(language).__name__}")
+    base = language.replace("_", "-").split("-")[0].lower()  # zh-Hans, zh_CN -> zh
+    if base in _CHARACTER_BLEU:
+        return BLEU(tokenize="char")
+    if base not in _SACREBLEU_OWN_TOKENIZER:
+        return BLEU()
+    try:
+        return BLEU(trg_lang=base)
+    except RuntimeError as error:  # sacreBLEU: "... requires extra dependencies ... pip install sacrebleu[ja]"
+        if "pip install" not in str(error):
+            raise
+        warnings.warn(
+            f'BLEU into {language!r}: sacreBLEU\'s tokenizer for it needs `pip install "sacrebleu[{base}]"`; '
+            "scoring BLEU over characters instead (tok:char in the signature)",
+            stacklevel=3,
+        )
+        return BLEU(tokenize="char")
+
+
+def corpus_bleu(
+    hypotheses: Sequence[str], references: Sequence[str], *, language: str | None = None
+) -> tuple[float, str]:
     """sacreBLEU corpus BLEU (0-100) of detokenized ``hypotheses`` against one reference each.
+
+    ``language`` is the target language's code: for Chinese, Japanese and Korean it selects the tokenizer
+    sacreBLEU uses for them (``tok:zh``, ``tok:ja-mecab``, ``tok:ko-mecab``), for Thai, Lao, Khmer and Burmese
+    character n-grams (``tok:char``): the default tokenizer, 13a, splits words at spaces and punctuation and
+    would see a whole sentence of these scripts as one word. For any other language, or None, 13a.
 
     Returns ``(score, signature)``, e.g. ``(35.2, "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0")``.
     """
-    BLEU = import_optional("sacrebleu.metrics", "scoring BLEU").BLEU
-
     hypotheses, references = _check_corpus(hypotheses, references)
-    metric = BLEU()
+    metric = _bleu_metric(language)
     return float(metric.corpus_score(hypotheses, [references]).score), str(metric.get_signature())
 
 
@@ -142,6 +184,11 @@ def perplexity(model: Transformer, batches: Iterable[Batch], device: torch.devic
     return math.exp(total_nll / total_tokens)
 
 
+def _target_language(language: str | None, tgt_tokenizer: Tokenizer) -> str | None:
+    """``language``, else the target tokenizer's language where it records one (a word tokenizer does)."""
+    return language if language is not None else getattr(tgt_tokenizer, "language", None)
+
+
 def evaluate_translation(
     model: Transformer,
     pairs: Sequence[tuple[str, str]],
@@ -152,9 +199,12 @@ def evaluate_translation(
     alpha: float = 0.6,
     batch_size: int = 64,
     device: torch.device | str | None = None,
+    language: str | None = None,
 ) -> dict:
     """Translate the sources of ``pairs`` (raw text) and score them against the raw targets.
 
+    ``language``: the target language, for BLEU's tokenizer (:func:`corpus_bleu`; default: the target
+    tokenizer's language where it records one, as a word tokenizer does).
     Returns ``{"bleu", "bleu_signature", "chrf", "chrf_signature", "hypotheses"}`` (hypotheses in the order
     of ``pairs``).
     """
@@ -173,7 +223,7 @@ def evaluate_translation(
         batch_size=batch_size,
         device=device,
     )
-    bleu, bleu_signature = corpus_bleu(hypotheses, references)
+    bleu, bleu_signature = corpus_bleu(hypotheses, references, language=_target_language(language, tgt_tokenizer))
     chrf, chrf_signature = corpus_chrf(hypotheses, references)
     return {
         "bleu": bleu,
@@ -219,13 +269,14 @@ def choose_alpha(
     beam_size: int = 4,
     batch_size: int = 64,
     device: torch.device | str | None = None,
+    language: str | None = None,
 ) -> AlphaChoice:
     """The length penalty ``alpha`` under which beam search scores the highest corpus BLEU on ``pairs``.
 
     ``pairs`` are ``(source, reference)`` texts of a held-out split: choose on the validation split and report
     the test set with the choice, never the other way round. One beam search serves every ``alpha``
-    (:func:`companion.decode.translate_alphas`); the translations are scored by :func:`alpha_choice`. Returns an
-    :class:`AlphaChoice`.
+    (:func:`companion.decode.translate_alphas`); the translations are scored by :func:`alpha_choice` (BLEU with
+    the tokenizer for ``language``, as in :func:`evaluate_translation`). Returns an :class:`AlphaChoice`.
     """
     pairs = list(pairs)
     if not pairs:
@@ -237,20 +288,26 @@ def choose_alpha(
         model, sources, src_tokenizer, tgt_tokenizer, alphas=checked, beam_size=beam_size, batch_size=batch_size,
         device=device,
     )  # fmt: skip
-    return alpha_choice(outputs, references, beam_size=beam_size)
+    language = _target_language(language, tgt_tokenizer)
+    return alpha_choice(outputs, references, beam_size=beam_size, language=language)
 
 
-def alpha_choice(outputs: Mapping[float, Sequence[str]], references: Sequence[str], *, beam_size: int) -> AlphaChoice:
+def alpha_choice(
+    outputs: Mapping[float, Sequence[str]],
+    references: Sequence[str],
+    *,
+    beam_size: int,
+    language: str | None = None,
+) -> AlphaChoice:
     """Score each ``alpha``'s translations ``outputs[alpha]`` against ``references`` with sacreBLEU and choose:
     the highest BLEU (rounded to 2 decimals, as reported) wins, the smaller ``alpha`` where two tie (the paper's 0.6
-    when the grid holds it and nothing beats it). ``beam_size`` is the search's, recorded with the choice. For
+    when the grid holds it and nothing beats it). ``beam_size`` is the search's, recorded with the choice;
+    ``language``, the target language, selects BLEU's tokenizer as in :func:`corpus_bleu`. For
     translations made elsewhere (``bench/multi30k_gpu.py`` decodes on a machine without sacreBLEU)."""
-    BLEU = import_optional("sacrebleu.metrics", "scoring BLEU").BLEU
-
     if not isinstance(outputs, Mapping) or not outputs:
         raise ValueError(f"outputs must map each alpha to its translations, got {outputs!r:.80}")
     checked = check_alphas(list(outputs))
-    metric = BLEU()
+    metric = _bleu_metric(language)
     scores = {}
     for alpha in checked:
         hypotheses, refs = _check_corpus(outputs[alpha], references)

@@ -119,6 +119,7 @@ def choose_alpha_run(config: ChooseAlphaConfig) -> dict[str, Any]:
     choice = choose_alpha(
         loaded.model, pairs, loaded.src_tokenizer, loaded.tgt_tokenizer,
         alphas=config.alphas, beam_size=config.beam_size, batch_size=config.batch_size, device=loaded.device,
+        language=tgt,
     )  # fmt: skip
     record = {
         **choice.to_dict(),

@@ -417,7 +417,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     src, tgt, split, pairs = scoring_pairs(config, checkpoint, "evaluate")
     started = time.time()
     search = config.search_options(checkpoint)
-    result = evaluate_translation(model, pairs, src_tok, tgt_tok, **search, device=target)
+    result = evaluate_translation(model, pairs, src_tok, tgt_tok, **search, device=target, language=tgt)
     references = [t for _, t in pairs]
     tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], references, tgt)
     lc_bleu, lc_signature = _tokenized_bleu(result["hypotheses"], references, tgt, lowercase=True)

@@ -14,6 +14,7 @@ import torch
 
 from companion.checkpoint import load_checkpoint
 from companion.cli import main
+from companion.runs import resolve_checkpoint
 
 # A tiny lexicon: word i of every language translates word i of the others, so a model can learn the pairs.
 LEXICON = {
@@ -160,6 +161,21 @@ def test_zh_en_bpe_from_a_tsv(tmp_path, capsys):
     assert (checkpoint["run_info"]["src"], checkpoint["run_info"]["tgt"]) == ("zh", "en")
     result = evaluate(capsys, "--checkpoint", str(out), "--split", "test")
     assert result["direction"] == "zh->en" and result["sentences"] == 20
+
+
+@pytest.mark.slow
+def test_en_zh_run_scores_and_chooses_with_sacrebleus_chinese_tokenizer(tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "run"
+    write_side_files(data, "train", "en", "zh", make_pairs("en", "zh", 300, 0))
+    dev = write_side_files(data, "dev", "en", "zh", make_pairs("en", "zh", 20, 1))
+    code, stdout, _ = train(
+        capsys, "--src", "en", "--tgt", "zh", "--train", *map(str, (data / "train.en", data / "train.zh")),
+        "--valid", *map(str, dev), "--max-steps", "3", "--cache-dir", str(tmp_path / "cache"), "--out", str(out),
+    )  # fmt: skip
+    assert code == 0 and "chosen on the validation split (20 sentences" in stdout
+    assert "tok:zh" in load_checkpoint(resolve_checkpoint(out))["decoding"]["bleu_signature"]
+    result = evaluate(capsys, "--checkpoint", str(out), "--src-file", str(dev[0]), "--ref-file", str(dev[1]))
+    assert result["direction"] == "en->zh" and "tok:zh" in result["bleu_signature"]
 
 
 @pytest.mark.slow

@@ -73,6 +73,16 @@ def test_alpha_choice_scores_translations_made_elsewhere():
         alpha_choice({}, references, beam_size=4)
 
 
+def test_alpha_choice_scores_a_chinese_target_with_sacrebleus_chinese_tokenizer():
+    references = ["我爱他。今天天气很好", "他们在公园里跑步"]
+    outputs = {0.6: ["我爱你。今天天气很好", "他们在公园"], 2.0: ["我爱你。今天天气", "他们在公园里跑"]}
+    choice = alpha_choice(outputs, references, beam_size=4, language="zh")
+    assert "tok:zh" in choice.bleu_signature and min(choice.bleu.values()) > 0
+    assert choice.alpha == max(choice.bleu, key=lambda a: (choice.bleu[a], -a))
+    # with 13a each sentence is one word, no hypothesis matches its reference, and the choice says nothing
+    assert set(alpha_choice(outputs, references, beam_size=4).bleu.values()) == {0.0}
+
+
 @pytest.mark.parametrize(
     "alphas, message",
     [

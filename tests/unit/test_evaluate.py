@@ -62,6 +62,43 @@ def test_bleu_matches_sacrebleu_and_a_hand_computation():
     assert hand == pytest.approx(100 * (1 / 3) ** 0.25)
 
 
+# Chinese: a reference and a hypothesis that differ in one character. 13a sees each sentence as one word (BLEU 0).
+CHINESE_HYPOTHESIS, CHINESE_REFERENCE = "我爱你。今天天气很好", "我爱他。今天天气很好"
+
+
+@pytest.mark.parametrize("language", ["zh", "zh-Hans", "zh_CN"])
+def test_chinese_is_scored_with_sacrebleus_chinese_tokenizer(language):
+    score, signature = corpus_bleu([CHINESE_HYPOTHESIS], [CHINESE_REFERENCE], language=language)
+    expected = sacrebleu.corpus_bleu([CHINESE_HYPOTHESIS], [[CHINESE_REFERENCE]], tokenize="zh")
+    assert score == pytest.approx(expected.score) and 50 < score < 100 and "tok:zh" in signature
+    assert corpus_bleu([CHINESE_HYPOTHESIS], [CHINESE_REFERENCE])[0] == 0.0  # what 13a gives: one word each
+
+
+def test_thai_is_scored_over_characters_and_spaced_languages_keep_13a():
+    hypothesis, reference = "สวัสดีครับ", "สวัสดีค่ะ"  # one word each for 13a
+    score, signature = corpus_bleu([hypothesis], [reference], language="th")
+    assert score == pytest.approx(sacrebleu.corpus_bleu([hypothesis], [[reference]], tokenize="char").score)
+    assert score > 0 and "tok:char" in signature
+    for language in ("de", "en", "fr", None):  # the signature and the score of every earlier result
+        assert corpus_bleu(HYPOTHESES, REFERENCES, language=language) == corpus_bleu(HYPOTHESES, REFERENCES)
+    with pytest.raises(TypeError, match="language must be a language code"):
+        corpus_bleu(HYPOTHESES, REFERENCES, language=7)
+
+
+def test_japanese_without_sacrebleus_extra_warns_and_scores_characters():
+    try:
+        import MeCab  # noqa: F401 (sacrebleu[ja]'s tokenizer)
+
+        pytest.skip("sacrebleu[ja] is installed here: ja-mecab is used")
+    except ImportError:
+        pass
+    hypothesis, reference = "今日はいい天気", "今日はいい天気です"
+    with pytest.warns(UserWarning, match=r"pip install \"sacrebleu\[ja\]\".*over characters"):
+        score, signature = corpus_bleu([hypothesis], [reference], language="ja")
+    assert "tok:char" in signature
+    assert score == pytest.approx(sacrebleu.corpus_bleu([hypothesis], [[reference]], tokenize="char").score)
+
+
 def test_chrf_matches_sacrebleu():
     score, signature = corpus_chrf(HYPOTHESES, REFERENCES)
     assert score == pytest.approx(sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score)
