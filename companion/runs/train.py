@@ -78,7 +78,8 @@ def train_run(
             config = _resumed_config(checkpoint, given, folder.resume_from)
             finished = _finished(config.train, checkpoint, folder.resume_from)
             if finished:  # nothing to train; what the run still owes is its averaged.pt
-                return _finish_averaging(config, out, finished, stream, rank)
+                has_valid = "valid" in (_recorded(checkpoint, "data") or {})
+                return _finish_averaging(config, out, finished, stream, rank, has_valid)
         assert config is not None
         _set_threads(config, given)
         keep_freed_memory()  # freed step memory stays in the process (companion._allocator): faster CPU steps
@@ -190,9 +191,12 @@ def _finished(train: TrainConfig, checkpoint: Mapping[str, Any], path: Path) -> 
     return None
 
 
-def _finish_averaging(config: RunConfig, out: Path, finished: str, stream: TextIO, rank: int) -> dict[str, Any]:
-    """A finished run whose ``averaged.pt`` is missing or stale (killed after its last checkpoint): write it.
-    RunError (``finished`` says why) when there is nothing left to do."""
+def _finish_averaging(
+    config: RunConfig, out: Path, finished: str, stream: TextIO, rank: int, has_valid: bool
+) -> dict[str, Any]:
+    """A finished run whose ``averaged.pt`` is missing or stale (killed after its last checkpoint): write it, and
+    for a translation run choose alpha into it as the run's end would have (``has_valid``: the run recorded a
+    validation split). RunError (``finished`` says why) when there is nothing left to do."""
     count = config.average_count
     names = [p.name for p in list_checkpoints(out / "checkpoints")[-count:]]
     if count <= 1 or _averaged_from(out / "averaged.pt") == names:
@@ -205,6 +209,8 @@ def _finish_averaging(config: RunConfig, out: Path, finished: str, stream: TextI
             file=stream,
             flush=True,
         )
+        if config.data.task == TRANSLATION:
+            summary.update(_choose_alpha(config, out, config.train.device, has_valid, stream))
     return summary
 
 
@@ -345,7 +351,7 @@ def _print_summary(summary: Mapping[str, Any], stream: TextIO) -> None:
 
 
 def _choose_alpha(
-    config: RunConfig, out: Path, device: torch.device, has_valid: bool, stream: TextIO
+    config: RunConfig, out: Path, device: torch.device | str, has_valid: bool, stream: TextIO
 ) -> dict[str, Any]:
     """The end of a translation run: unless ``--no-choose-alpha``, beam search's length penalty chosen on the
     validation split and recorded in the checkpoint that ``translate`` and ``evaluate`` use (``companion

@@ -124,6 +124,18 @@ def test_train_chooses_alpha_on_its_own_validation_split_at_the_end(tmp_path, ca
     assert evaluated["bleu"] == pytest.approx(recorded["bleu"][f"{recorded['alpha']:g}"], abs=0.005)
 
 
+def test_resume_of_a_run_killed_before_its_averaged_model_also_chooses_alpha(tmp_path, capsys):
+    data, out = write_corpus(tmp_path / "data"), tmp_path / "run"
+    extra = ["--src", "en", "--tgt", "de", "--save-every", "2", "--average-last", "2"]
+    assert train_words(data, out, 6, *extra) == 0
+    (out / "averaged.pt").unlink()  # as a kill -9 between the last checkpoint and averaged.pt (and its choice)
+    capsys.readouterr()
+    assert train_words(data, out, 6, *extra, "--resume") == 0
+    said = capsys.readouterr().out
+    assert "the run had finished training; averaged 2" in said and "chosen on the validation split (40 " in said
+    assert load_checkpoint(out / "averaged.pt")["decoding"]["sentences"] == 40
+
+
 def test_train_without_a_validation_split_says_how_to_choose_alpha(tmp_path, capsys):
     src, tgt = tmp_path / "train.en", tmp_path / "train.de"
     src.write_text("".join(f"a man number {i} .\n" for i in range(30)))
