@@ -17,7 +17,7 @@ Every public name is importable from ``companion.data`` directly.
 """
 
 from .batching import Batch, encode_pairs, make_batches, pad_sequences
-from .corpus import FileCorpus, ParallelCorpus, files_corpus, folder_corpus, tsv_corpus
+from .corpus import FileCorpus, HeldOutCorpus, ParallelCorpus, files_corpus, folder_corpus, tsv_corpus
 from .hub import DatasetCorpus, disk_corpus, hub_corpus, json_corpus
 from .multi30k import DATA_DIR_ENV, MULTI30K_HUB_NAME, MULTI30K_LANGUAGES, MULTI30K_UNSEEN_TESTS, load_multi30k
 from .store import StoredBatches, TokenStore, prepare_store
@@ -65,6 +65,7 @@ __all__ = [
     "synthetic_pairs",
     "ParallelCorpus",
     "FileCorpus",
+    "HeldOutCorpus",
     "DatasetCorpus",
     "folder_corpus",
     "files_corpus",

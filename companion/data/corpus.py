@@ -35,6 +35,7 @@ from .multi30k import _find_file
 __all__ = [
     "ParallelCorpus",
     "FileCorpus",
+    "HeldOutCorpus",
     "MULTI30K_SPLIT_STEMS",
     "HUB_SPLIT_NAMES",
     "folder_corpus",
@@ -305,6 +306,74 @@ class FileCorpus(ParallelCorpus):
 
     def __repr__(self) -> str:
         return f"FileCorpus(src={self.src!r}, tgt={self.tgt!r}, splits={list(self.splits)})"
+
+
+class HeldOutCorpus(ParallelCorpus):
+    """``corpus`` with a validation split made of ``count`` of its training pairs, spread evenly through them.
+
+    For data that come without a validation split (one pair of files, a dataset with only ``train``): the pairs
+    at positions ``(2j + 1) * T // (2 * count)``, ``j = 0 .. count - 1``, of the ``T`` training pairs (after
+    empty pairs are dropped) become ``valid``, and ``train`` is the rest, in order; other splits are the corpus's
+    own. The choice depends only on ``T`` and ``count``, so every process and every later run (``--resume``,
+    ``companion evaluate --split valid``) finds the same pairs. Counting ``T`` reads the training split once,
+    streamed. Both splits' identities name the training data, ``held_out`` and which part they are, so the
+    token stores of the two parts and of the whole corpus never mix.
+
+    Raises ValueError when ``count`` is not a positive integer, :class:`~companion.errors.DataError` when the
+    corpus already has a validation split or has no more than ``count`` training pairs.
+    """
+
+    def __init__(self, corpus: ParallelCorpus, count: int) -> None:
+        if not isinstance(corpus, ParallelCorpus):
+            raise TypeError(f"corpus must be a ParallelCorpus, got {type(corpus).__name__}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"count must be a positive integer (pairs to hold out), got {count!r}")
+        if "valid" in corpus.splits:
+            raise DataError(
+                f"{corpus!r} has a validation split already ({corpus.describe('valid')}); hold out training pairs "
+                "only from data that have none"
+            )
+        self.src, self.tgt = corpus.src, corpus.tgt
+        self._corpus, self._count = corpus, count
+        self._positions: frozenset[int] | None = None
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return (*self._corpus.splits, "valid")
+
+    def held_out_positions(self) -> frozenset[int]:
+        """The positions, among the training pairs, of the pairs held out (read once, then kept)."""
+        if self._positions is None:
+            total = sum(1 for _ in self._corpus.pairs("train"))
+            if total <= self._count:
+                raise DataError(
+                    f"cannot hold out {self._count:,} pairs as a validation split: {self._corpus.describe('train')} "
+                    f"has {total:,} training pairs, and at least one must stay for training"
+                )
+            self._positions = frozenset((2 * j + 1) * total // (2 * self._count) for j in range(self._count))
+        return self._positions
+
+    def pairs(self, split: str) -> Iterator[tuple[str, str]]:
+        if split not in ("train", "valid"):
+            return self._corpus.pairs(split)
+        held, keep = self.held_out_positions(), split == "valid"
+        return (pair for i, pair in enumerate(self._corpus.pairs("train")) if (i in held) == keep)
+
+    def identity(self, split: str) -> dict[str, Any]:
+        if split not in ("train", "valid"):
+            return self._corpus.identity(split)
+        return self._corpus.identity("train") | {"held_out": self._count, "part": split}
+
+    def describe(self, split: str) -> str:
+        if split not in ("train", "valid"):
+            return self._corpus.describe(split)
+        whole = self._corpus.describe("train")
+        if split == "valid":
+            return f"{self._count:,} pairs held out from {whole}"
+        return f"{whole} without the {self._count:,} pairs held out for validation"
+
+    def __repr__(self) -> str:
+        return f"HeldOutCorpus({self._corpus!r}, count={self._count})"
 
 
 def folder_corpus(folder: str | os.PathLike, src: str, tgt: str, splits: Mapping[str, str] | None = None) -> FileCorpus:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from ..data import (
     DATA_DIR_ENV,
+    HeldOutCorpus,
     ParallelCorpus,
     StoredBatches,
     SubwordTokenizer,
@@ -190,7 +191,19 @@ def _synthetic_splits(data: DataConfig, seed: int) -> tuple[list[Any], list[Any]
 
 def open_corpus(data: DataConfig) -> ParallelCorpus:
     """The :class:`~companion.data.corpus.ParallelCorpus` that ``data`` names (``--data-dir``, ``--train``/``--valid``/
-    ``--test`` files or ``--hf-dataset``); a :class:`~companion.errors.RunError` when it cannot be opened."""
+    ``--test`` files or ``--hf-dataset``), with ``--hold-out`` training pairs as its validation split
+    (:class:`~companion.data.corpus.HeldOutCorpus`); a :class:`~companion.errors.RunError` when it cannot be opened."""
+    corpus = _source_corpus(data)
+    if not data.hold_out:
+        return corpus
+    try:
+        return HeldOutCorpus(corpus, data.hold_out)
+    except DataError as error:
+        raise RunError(f"--hold-out {data.hold_out}: {error}") from None
+
+
+def _source_corpus(data: DataConfig) -> ParallelCorpus:
+    """The corpus as the data source gives it (see :func:`open_corpus`)."""
     src, tgt = data.src, data.tgt
     try:
         if data.hf_dataset:

@@ -167,6 +167,15 @@ class DataConfig:
         metavar="N",
         group="data",
     )
+    hold_out: int | None = option(
+        None,
+        "for data without a validation split (--train files alone, a folder or dataset without one): set N "
+        "training pairs, spread evenly through them, aside as the validation split; they are not trained on and "
+        "give the validation loss and the alpha choice at the end (the same N pairs on --resume and for "
+        "'companion evaluate --split valid')",
+        metavar="N",
+        group="data",
+    )
     num_examples: int = option(
         20000, "synthetic tasks: training examples (default: {default})", metavar="N", group="data"
     )
@@ -181,7 +190,9 @@ class DataConfig:
         check_declared(self)
         if self.task == "multi30k":  # the older name of the translation task (commands, run records before 0.3)
             self.task = TRANSLATION
-        _check_positive(self, "min_freq", "max_tokens", "limit_train", "num_examples", "synthetic_max_len", "workers")
+        _check_positive(
+            self, "min_freq", "max_tokens", "limit_train", "hold_out", "num_examples", "synthetic_max_len", "workers"
+        )
         for name in ("vocab_size", "synthetic_vocab"):  # more than the 4 special tokens
             check_integer(label(DataConfig, name), getattr(self, name), minimum=5, error=ConfigError)
         for name in ("data_dir", "cache_dir", "hf_dataset"):
@@ -209,9 +220,18 @@ class DataConfig:
             raise ConfigError("--valid and --test files need --train files (the data to learn from)")
         if self.hf_config and not self.hf_dataset:
             raise ConfigError("--hf-config needs --hf-dataset (the dataset it configures)")
+        if self.hold_out and (self.valid_files or self.valid_split):
+            named = "--valid files" if self.valid_files else f"--valid-split {self.valid_split}"
+            raise ConfigError(f"--hold-out makes a validation split from the training data; {named} name one already")
         splits = [flag_of(DataConfig, n) for n in ("train_split", "valid_split", "test_split") if getattr(self, n)]
         if splits and not (self.data_dir or self.hf_dataset):
             raise ConfigError(f"{', '.join(splits)} name(s) the splits of --data-dir or --hf-dataset; give one")
+        if self.hold_out and self.is_multi30k():
+            raise ConfigError(
+                "--hold-out is for data without a validation split; Multi30k (the default data, or a folder of en "
+                "and de files with its names) is read with its own, val.{en,de}; give other files with --train "
+                "SRC_FILE TGT_FILE"
+            )
         if self.is_multi30k() and {self.src, self.tgt} != {"en", "de"}:
             raise ConfigError(
                 f"--src {self.src} --tgt {self.tgt}: Multi30k (the default data) has only en and de; for other "

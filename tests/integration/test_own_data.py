@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,45 @@ def test_en_zh_run_scores_and_chooses_with_sacrebleus_chinese_tokenizer(tmp_path
     assert "tok:zh" in load_checkpoint(resolve_checkpoint(out))["decoding"]["bleu_signature"]
     result = evaluate(capsys, "--checkpoint", str(out), "--src-file", str(dev[0]), "--ref-file", str(dev[1]))
     assert result["direction"] == "en->zh" and "tok:zh" in result["bleu_signature"]
+
+
+@pytest.mark.slow
+def test_hold_out_makes_a_validation_split_from_the_training_files(tmp_path, capsys):
+    data, out, cache = tmp_path / "data", tmp_path / "run", tmp_path / "cache"
+    files = [str(path) for path in write_side_files(data, "train", "fr", "en", make_pairs("fr", "en", 300, 0))]
+    given = ["--src", "fr", "--tgt", "en", "--train", *files, "--cache-dir", str(cache), "--out", str(out)]
+    code, stdout, _ = train(capsys, *given, "--hold-out", "30", "--max-steps", "4")
+    assert code == 0 and "chosen on the validation split (30 sentences" in stdout
+    recorded = json.loads((out / "run.json").read_text())["data"]
+    assert (recorded["train"]["pairs"], recorded["valid"]["pairs"]) == (270, 30)
+    result = evaluate(capsys, "--checkpoint", str(out), "--split", "valid")
+    assert result["sentences"] == 30 and result["split"] == "valid"
+    code, stdout, _ = train(capsys, "--resume", "--out", str(out), "--max-steps", "6")
+    assert code == 0 and "resumed at step 4" in stdout  # the same two parts: the data check passes
+    assert len(list(cache.glob("train-*"))) == 1 and len(list(cache.glob("valid-*"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--hold-out", "300"], "cannot hold out 300 pairs .* has 300 training pairs"),
+        (["--hold-out", "10", "--valid", "VALID"], "--valid files name one already"),
+        (["--hold-out", "0"], r"hold_out \(--hold-out\)"),
+    ],
+)
+def test_hold_out_errors_stop_before_anything_is_written(flags, message, tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "run"
+    files = [str(path) for path in write_side_files(data, "train", "fr", "en", make_pairs("fr", "en", 300, 0))]
+    flags = [word for flag in flags for word in (files if flag == "VALID" else [flag])]
+    given = ["--src", "fr", "--tgt", "en", "--train", *files, "--cache-dir", str(tmp_path / "cache")]
+    code, _, stderr = train(capsys, *given, *flags, "--max-steps", "2", "--out", str(out))
+    assert code == 2 and re.search(message, stderr) and run_files(out) == []
+
+
+def test_hold_out_is_refused_for_multi30k(tmp_path, capsys):
+    assert main(["train", "--hold-out", "100", "--max-steps", "1", "--out", str(tmp_path / "run")]) == 2
+    assert "Multi30k" in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from companion.data import SubwordTokenizer, WordTokenizer
-from companion.data.corpus import files_corpus, folder_corpus, read_lines, tsv_corpus
+from companion.data.corpus import HeldOutCorpus, files_corpus, folder_corpus, read_lines, tsv_corpus
 from companion.data.hub import DatasetCorpus, disk_corpus, hub_corpus, json_corpus
 from companion.errors import DataError, DataUnavailableError
 
@@ -97,6 +97,45 @@ def test_files_corpus_and_tsv_corpus(tmp_path):
         files_corpus("el", "en", train=(src_file, tmp_path / "nowhere.txt"))
     with pytest.raises(ValueError, match="at least one"):
         tsv_corpus("el", "en")
+
+
+def ten_pair_corpus(tmp_path: Path, **splits):
+    pairs = [(f"phrase {i}", f"phrase {i} en") for i in range(10)]
+    write_lines(tmp_path / "train.fr", [s for s, _ in pairs])
+    write_lines(tmp_path / "train.en", [t for _, t in pairs])
+    files = {name: (write_lines(tmp_path / f"{name}.fr", ["x"]), write_lines(tmp_path / f"{name}.en", ["y"]))
+             for name in splits}  # fmt: skip
+    return pairs, files_corpus("fr", "en", train=(tmp_path / "train.fr", tmp_path / "train.en"), **files)
+
+
+def test_held_out_pairs_are_spread_evenly_and_never_trained_on(tmp_path):
+    pairs, corpus = ten_pair_corpus(tmp_path, test=True)
+    held = HeldOutCorpus(corpus, 3)
+    assert held.splits == ("train", "test", "valid")
+    assert held.held_out_positions() == {1, 5, 8}  # (2j + 1) * 10 // 6 for j = 0, 1, 2
+    assert list(held.pairs("valid")) == [pairs[1], pairs[5], pairs[8]]
+    assert list(held.pairs("train")) == [pair for i, pair in enumerate(pairs) if i not in (1, 5, 8)]
+    assert "phrase 5" not in list(held.texts("train", "src"))  # tokenizers learn from the training part only
+    assert list(held.pairs("test")) == list(corpus.pairs("test")) and held.identity("test") == corpus.identity("test")
+    identities = [held.identity("train"), held.identity("valid"), corpus.identity("train")]
+    assert len({json.dumps(i, sort_keys=True, default=str) for i in identities}) == 3  # three different stores
+    assert list(HeldOutCorpus(corpus, 3).pairs("valid")) == list(held.pairs("valid"))  # the same every time
+    assert "3 pairs held out from" in held.describe("valid") and "without the 3 pairs" in held.describe("train")
+    assert [len(list(HeldOutCorpus(corpus, n).pairs("valid"))) for n in (1, 5, 9)] == [1, 5, 9]
+
+
+def test_holding_out_is_refused_with_a_validation_split_or_too_few_pairs(tmp_path):
+    _, corpus = ten_pair_corpus(tmp_path, valid=True)
+    with pytest.raises(DataError, match="has a validation split already"):
+        HeldOutCorpus(corpus, 2)
+    _, corpus = ten_pair_corpus(tmp_path)
+    with pytest.raises(DataError, match="cannot hold out 10 pairs .* has 10 training pairs"):
+        list(HeldOutCorpus(corpus, 10).pairs("valid"))
+    for count in (0, -1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="count must be a positive integer"):
+            HeldOutCorpus(corpus, count)
+    with pytest.raises(TypeError, match="corpus must be a ParallelCorpus"):
+        HeldOutCorpus([("a", "b")], 1)
 
 
 def test_tsv_line_without_exactly_one_tab(tmp_path):
