@@ -360,7 +360,7 @@ def _choose_alpha(
     stays complete and ``companion choose-alpha`` can choose later)."""
     command = f"companion choose-alpha --checkpoint {out}"
     if not config.choose_alpha or not has_valid:
-        why = "--no-choose-alpha" if has_valid else "the run has no validation split"
+        why = "--no-choose-alpha" if has_valid else "the run has no validation split: --hold-out N would make one"
         how = command if has_valid else command + " --src-file HELD_OUT_SRC --ref-file HELD_OUT_REF"
         print(
             f"companion train: beam search's length penalty was not chosen ({why}); translate and evaluate use "

@@ -145,7 +145,7 @@ def test_train_without_a_validation_split_says_how_to_choose_alpha(tmp_path, cap
     options = ["--preset", "tiny", "--max-steps", "4", "--max-tokens", "200", "--device", "cpu", "--no-progress"]
     assert main(["train", *only_train, *options, "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]) == 0
     said = capsys.readouterr().out.splitlines()[-1]
-    assert "not chosen (the run has no validation split)" in said
+    assert "not chosen (the run has no validation split: --hold-out N would make one)" in said
     assert f"companion choose-alpha --checkpoint {out} --src-file" in said
     assert "decoding" not in load_checkpoint(resolve_checkpoint(out))
 
