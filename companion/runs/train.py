@@ -383,15 +383,12 @@ def _choose_alpha(
         )
         return {}
     seconds = time.time() - started
-    alpha, bleu = record["alpha"], record["bleu"]  # bleu: by alpha, written as in the grid ("0.6")
-    where = "the validation split" if record["chosen_on"] == "valid" else record["chosen_on"]
-    paper = (
-        f" against {bleu[f'{PAPER_ALPHA:g}']:.2f} at the paper's {PAPER_ALPHA:g}" if f"{PAPER_ALPHA:g}" in bleu else ""
-    )
+    alpha, bleu = record["alpha"], record["bleu"]  # bleu: by alpha of the default grid (it holds 0.6), as "0.6"
     print(
-        f"companion train: alpha {alpha:g} chosen on {where} ({record['sentences']:,} sentences, beam "
-        f"{record['beam_size']}, {seconds:.0f} s; BLEU {bleu[f'{alpha:g}']:.2f}{paper}) and recorded in "
-        f"{record['checkpoint']}: translate and evaluate decode with it unless given --alpha",
+        f"companion train: alpha {alpha:g} chosen on the validation split ({record['sentences']:,} sentences, beam "
+        f"{record['beam_size']}, {seconds:.0f} s; BLEU {bleu[f'{alpha:g}']:.2f} against {bleu[f'{PAPER_ALPHA:g}']:.2f} "
+        f"at the paper's {PAPER_ALPHA:g}) and recorded in {record['checkpoint']}: translate and evaluate decode "
+        "with it unless given --alpha",
         file=stream,
         flush=True,
     )
