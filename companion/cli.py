@@ -5,6 +5,7 @@ Examples::
     python -m companion train --preset small --src de --tgt en --data-dir ../shared/data/multi30k \\
         --max-minutes 20 --average-last 5 --out runs/de-en
     python -m companion translate --checkpoint runs/de-en < sentences.de > sentences.en
+    python -m companion translate --pretrained de-en "Zwei Hunde spielen im Schnee."
     python -m companion choose-alpha --checkpoint runs/de-en        # again: train ends by choosing it on validation
     python -m companion evaluate --checkpoint runs/de-en --split test
     torchrun --nproc_per_node 2 -m companion train --preset base --out runs/base   # several processes
@@ -97,10 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     translate = sub.add_parser(
         "translate",
         formatter_class=_HelpFormatter,
-        help="translate sentences, one per line (stdin -> stdout)",
-        description="Translate one sentence per line from --input (or stdin) to stdout, in the same order. An "
-        "empty input line gives an empty output line. Sentences longer than the model's max_len are "
-        "truncated with a warning.",
+        help="translate sentences: arguments, or one per line (stdin -> stdout)",
+        description="Translate the SENTENCE arguments, or one sentence per line from --input (or stdin), to "
+        "stdout, one line each, in the same order. An empty sentence gives an empty output line. Sentences "
+        "longer than the model's max_len are truncated with a warning.",
+    )
+    translate.add_argument(
+        "sentences",
+        nargs="*",
+        metavar="SENTENCE",
+        help="sentences to translate, one argument each (quote them), in place of --input or stdin",
     )
     add_options(translate, TranslateConfig)
 
@@ -159,10 +166,35 @@ def decode_utf8(data: bytes, where: str) -> str:
         ) from None
 
 
+def _argument_lines(sentences: Sequence[str], path: str | None) -> list[str] | None:
+    """The lines to translate given as ``SENTENCE`` arguments (None when there are none): one line each, an
+    argument that holds line ends gives one line per line (as ``"$(cat file)"`` would expect)."""
+    if not sentences:
+        return None
+    if path:
+        raise RunError("give the sentences as SENTENCE arguments or in --input FILE, not both")
+    for number, sentence in enumerate(sentences, start=1):
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError as error:  # bytes the terminal's encoding could not decode (surrogate escapes)
+            raise RunError(
+                f"SENTENCE argument {number} is not UTF-8 text (character {sentence[error.start]!r} at position "
+                f"{error.start}); translate reads UTF-8"
+            ) from None
+    return [line for sentence in sentences for line in (split_lines(sentence) or [""])]
+
+
 def _read_lines(path: str | None, stdin: TextIO | None) -> list[str]:
     if not path:
         if stdin is None:  # the shell closed it (``<&-``)
-            raise RunError("stdin is closed: pipe the sentences in, or pass --input FILE")
+            raise RunError("stdin is closed: pipe the sentences in, or pass --input FILE or SENTENCE arguments")
+        if _is_terminal(stdin):  # someone typing: say how to end, rather than wait in silence
+            print(
+                "companion translate: reading sentences from the terminal, one per line; end with Ctrl-D (Ctrl-Z "
+                "then Enter on Windows), or give them as arguments: companion translate ... 'a sentence'",
+                file=sys.stderr,
+                flush=True,
+            )
         binary = getattr(stdin, "buffer", None)
         try:
             text = decode_utf8(binary.read(), "stdin") if binary is not None else stdin.read()
@@ -177,6 +209,13 @@ def _read_lines(path: str | None, stdin: TextIO | None) -> list[str]:
     except OSError as error:
         raise RunError(f"--input {path}: {error.strerror}") from None
     return split_lines(decode_utf8(data, f"--input {path}"))
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError, AttributeError):  # closed or not a real stream
+        return False
 
 
 def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:
@@ -253,6 +292,7 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
         return 0
     if args.command == "translate":
         config = TranslateConfig(**given_options(args, TranslateConfig))
+        given = _argument_lines(args.sentences, config.input)  # checked before the model is loaded
         loaded = load_for_inference(config.weights(), config.device)
         search = config.search_options(loaded.checkpoint)
         print(
@@ -260,7 +300,8 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
             f"{search['alpha']:g} ({config.search_origin(loaded.checkpoint)})",
             file=sys.stderr,
         )
-        return _write_lines(translate_run(config, _read_lines(config.input, stdin), loaded=loaded), stdout)
+        lines = given if given is not None else _read_lines(config.input, stdin)
+        return _write_lines(translate_run(config, lines, loaded=loaded), stdout)
     if args.command == "choose-alpha":
         _print_choice(choose_alpha_run(ChooseAlphaConfig(**given_options(args, ChooseAlphaConfig))), args.json, stdout)
         return 0

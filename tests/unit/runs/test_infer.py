@@ -187,6 +187,42 @@ def test_a_closed_stdin_is_a_clear_error(tmp_path, monkeypatch, capsys):
     assert "stdin is closed: pipe the sentences in, or pass --input FILE" in capsys.readouterr().err
 
 
+def test_sentences_given_as_arguments_are_translated_one_line_each(tmp_path, monkeypatch, capsys):
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    code, piped, _ = run_translate(monkeypatch, capsys, checkpoint, b"a man\n\ntwo dogs\ntwo dogs\n")
+    assert code == 0 and len(piped.split("\n")) == 5
+    monkeypatch.setattr(sys, "stdin", None)  # arguments never read stdin
+    command = ["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]
+    assert main([*command, "a man", "", "two dogs\ntwo dogs"]) == 0  # an argument's line ends give lines
+    assert capsys.readouterr().out == piped
+
+
+def test_sentence_arguments_and_an_input_file_are_not_mixed(tmp_path, monkeypatch, capsys):
+    checkpoint = tmp_path / "never-read.pt"  # the clash is reported before any model is loaded
+    source = tmp_path / "in.txt"
+    source.write_text("a man\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(source), "a man"]) == 2
+    assert "give the sentences as SENTENCE arguments or in --input FILE, not both" in capsys.readouterr().err
+    assert main(["translate", "--checkpoint", str(word_checkpoint(checkpoint)), "a man", "caf\udcff"]) == 2
+    assert "SENTENCE argument 2 is not UTF-8 text (character '\\udcff' at position 3)" in capsys.readouterr().err
+
+
+class _Terminal(io.TextIOWrapper):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_reading_from_a_terminal_says_how_to_end_the_input(tmp_path, monkeypatch, capsys):
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    monkeypatch.setattr(sys, "stdin", _Terminal(io.BytesIO(b"a man\n"), encoding="utf-8"))
+    assert main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.split("\n")) == 2
+    assert "reading sentences from the terminal, one per line; end with Ctrl-D" in captured.err
+    code, _, err = run_translate(monkeypatch, capsys, checkpoint, b"a man\n")  # a pipe: no such line
+    assert code == 0 and "reading sentences" not in err
+
+
 def _translate_process(checkpoint, lines: int, stdout) -> subprocess.Popen:
     """``companion translate`` in a process of its own, ``lines`` sentences on its stdin."""
     command = [sys.executable, "-m", "companion", "translate", "--checkpoint", str(checkpoint), "--beam-size", "1"]
