@@ -99,7 +99,7 @@ def _model_name(direction: str) -> str:
     )
 
 
-@dataclass
+@dataclass(repr=False)
 class PretrainedModel:
     """A trained :class:`~companion.model.Transformer` with its two tokenizers and its model card.
 
@@ -113,6 +113,19 @@ class PretrainedModel:
     tgt_tokenizer: Tokenizer
     path: Path
     info: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line (the dataclass's own repr would print the whole module tree and model card)."""
+        try:
+            direction = "->".join(self.languages)
+        except ValueError:
+            direction = "languages unknown"
+        step = f", step {self.info['step']}" if isinstance(self.info.get("step"), int) else ""
+        return (
+            f"PretrainedModel({direction}, {str(self.path)!r}{step}, "
+            f"{self.model.num_parameters() / 1e6:.2f}M parameters, vocabularies "
+            f"{self.src_tokenizer.vocab_size}/{self.tgt_tokenizer.vocab_size})"
+        )
 
     @property
     def languages(self) -> tuple[str, str]:
@@ -141,10 +154,8 @@ class PretrainedModel:
     ) -> str | list[str]:
         """Translate plain text: one sentence (a string) gives its translation (a string); a list of sentences
         gives the detokenized translations in the same order."""
-        if isinstance(sentences, str):
-            return self.translate([sentences], beam_size=beam_size, alpha=alpha)[0]
         return translate(
-            self.model, list(sentences), self.src_tokenizer, self.tgt_tokenizer, beam_size=beam_size, alpha=alpha
+            self.model, sentences, self.src_tokenizer, self.tgt_tokenizer, beam_size=beam_size, alpha=alpha
         )
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TypeVar, overload
 
 import torch
 
 from .._validation import check_integer, check_number, check_positive_int
 from ..data import BOS_ID, EOS_ID, Tokenizer, pad_sequences
+from ..data.tokenizers import _check_texts
 from ..devices import resolve_device
 from ..model import Transformer
 from .beam import Finished, _beam_finished, best_hypothesis
@@ -82,11 +84,12 @@ def translate(
             model, [sentences], src_tokenizer, tgt_tokenizer,
             beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device,
         )[0]  # fmt: skip
+    sentences = _check_sentences(sentences)
     if not isinstance(tgt_tokenizer, Tokenizer):
         raise TypeError(f"tgt_tokenizer must be a companion Tokenizer, got {type(tgt_tokenizer).__name__}")
     bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
     alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
-    sources = _encode_sources(list(sentences), src_tokenizer, model.config.max_len)
+    sources = _encode_sources(sentences, src_tokenizer, model.config.max_len)
     ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id)
     return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
 
@@ -246,6 +249,14 @@ def check_alphas(alphas: object) -> list[float]:
     if repeated:
         raise ValueError(f"alphas must be distinct, got {repeated[0]} more than once")
     return checked
+
+
+def _check_sentences(sentences: object) -> list[str]:
+    """``sentences`` as a list, or a TypeError naming it: an ordered collection of strings (a list, a tuple, the
+    lines of a file); bytes, a mapping or a set are refused rather than read as numbers or keys in no set order."""
+    if isinstance(sentences, (bytes, bytearray, Mapping, AbstractSet)) or not isinstance(sentences, Iterable):
+        raise TypeError(f"sentences must be a string or a list of strings, got {type(sentences).__name__}")
+    return _check_texts("sentences", sentences)
 
 
 def _encode_sources(sentences: list[str], tokenizer: Tokenizer, max_len: int) -> list[list[int]]:

@@ -408,6 +408,17 @@ def test_a_string_is_one_sentence_and_comes_back_as_one_string(copy_tokenizer):
         assert out == "cat dog egg"  # one translation, not one per character
 
 
+def test_translate_takes_any_ordered_collection_of_strings_and_names_what_it_refuses(copy_tokenizer):
+    sentences = ["apple bear", "fox"]
+    for given in (tuple(sentences), iter(sentences), (s for s in sentences)):
+        assert translate(copy_model(), given, copy_tokenizer, copy_tokenizer, beam_size=1) == sentences
+    for bad, named in ((5, "int"), (b"apple", "bytes"), ({"apple": 1}, "dict"), ({"apple", "fox"}, "set")):
+        with pytest.raises(TypeError, match=f"sentences must be a string or a list of strings, got {named}$"):
+            translate(copy_model(), bad, copy_tokenizer, copy_tokenizer)
+    with pytest.raises(TypeError, match=r"sentences\[1\] must be a str, got NoneType"):
+        translate(copy_model(), ["apple", None], copy_tokenizer, copy_tokenizer)
+
+
 def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
     sentences = ["apple bear", "fox", "cat dog egg fox apple", "bear cat dog"]
     sources = [copy_tokenizer.encode(s) + [EOS_ID] for s in sentences]

@@ -406,6 +406,17 @@ def test_a_registered_but_unshipped_model_says_how_to_make_it(monkeypatch):
         pretrained.load_pretrained("en-de", download=False)
 
 
+def test_a_loaded_model_prints_as_one_line_and_checks_its_sentences(tiny_checkpoint):
+    loaded = companion.load_pretrained(path=tiny_checkpoint)
+    shown = repr(loaded)
+    assert "\n" not in shown and len(shown) < 200  # not the module tree and model card
+    parameters = f"{loaded.model.num_parameters() / 1e6:.2f}M parameters"
+    assert shown.startswith("PretrainedModel(de->en, ") and str(tiny_checkpoint) in shown and parameters in shown
+    with pytest.raises(TypeError, match="sentences must be a string or a list of strings, got int"):
+        loaded.translate(5)  # type: ignore[call-overload]
+    assert loaded.translate(("ein hund",), beam_size=1) == [loaded.translate("ein hund", beam_size=1)]
+
+
 def test_languages_come_from_the_run_record_or_word_tokenizers(tiny_checkpoint):
     loaded = companion.load_pretrained(path=tiny_checkpoint)
     assert loaded.languages == ("de", "en")
