@@ -48,7 +48,10 @@ MAX_BEAM_SIZE = 8
 # The directions the page offers, in this order (the first is the default): (id, source, target language)
 DIRECTIONS = (("de-en", "de", "en"), ("en-de", "en", "de"))
 LANGUAGE_NAMES = {"de": "German", "en": "English"}
-CARD_KEYS = ("name", "task", "data", "steps", "training_command", "packaging_command", "history", "terms", "date")
+CARD_KEYS = (
+    "name", "task", "data", "steps", "training_command", "packaging_command", "history", "limitations",
+    "outside_the_data", "terms", "date",
+)  # fmt: skip
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

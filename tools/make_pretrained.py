@@ -9,11 +9,13 @@ Usage (from the repository root, virtual environment active)::
                                                                 # and runs/pretrained-en-de
     python tools/make_pretrained.py --direction en-de           # one direction only
     python tools/make_pretrained.py --rescore                   # the shipped files as they are: new scores only
+    python tools/make_pretrained.py --limitations               # the shipped files: only limitations and examples
 
 For each direction ``X-Y`` it writes ``pretrained/X-Y-small.pt`` (a companion checkpoint without optimizer state:
 the average of the run's last 5 checkpoints) and ``pretrained/X-Y-small.json`` (the model card: data, size,
 command, when it trained and the machine's load meanwhile (``--train`` records them in the run folder, see
-``TRAINING_LOG``), hardware, and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
+``TRAINING_LOG``), hardware, its limitations with the model's translations of a few sentences unlike the
+captions (``OUTSIDE_THE_DATA``), and scores on test_2016_flickr and on the validation split: sacreBLEU BLEU and chrF
 with their signatures, and BLEU as the Multi30k literature computes it, lowercased and tokenized, see
 ``companion.evaluate.tokenized_bleu(..., lowercase=True)``), and records the file's SHA-256 in
 ``companion/pretrained.py`` so that every copy and download can be checked. The beam searches score with the
@@ -96,6 +98,34 @@ MULTI30K_TERMS = (
     "Multi30k (Elliott et al., 2016) extends Flickr30k; its captions come from Flickr30k (Young et al., 2014), "
     "whose images and texts are for research use under the Flickr terms of use. These weights were trained "
     "on Multi30k only and are shared for research and teaching, under the same terms as the data."
+)
+# What a reader should know before trusting an output: the card's "limitations", and its "outside_the_data", the
+# shipped model's translations (with the shipped setting) of sentences unlike Multi30k's captions. These sentences
+# are not a test set: nothing is chosen or scored on them; they only show the reader what a caption model does with
+# a greeting, a question, a state of mind, a request and news (tests/unit/test_pretrained.py checks that the card's
+# translations are what the shipped file gives).
+OUTSIDE_THE_DATA = {
+    "de-en": (
+        "Hallo.",
+        "Wie geht es dir?",
+        "Der Mann ist müde.",
+        "Ich hätte gern eine Tasse Kaffee.",
+        "Die Sitzung wurde auf nächste Woche verschoben.",
+    ),
+    "en-de": (
+        "Hello.",
+        "How are you?",
+        "The man is tired.",
+        "I would like a cup of coffee, please.",
+        "The meeting was postponed until next week.",
+    ),
+}
+LIMITATIONS = (
+    "Trained on Multi30k's 29,000 image captions only: short descriptions of photographs (people, animals, places, "
+    "what they do). How it translates other kinds of text (conversation, questions, opinions, news, technical "
+    "writing) was not measured; five such sentences, as this model translates them, follow. A word the "
+    "captions never contained is spelled from subword pieces, and its translation may be wrong or not a word at "
+    "all; a character never seen in training becomes <unk>."
 )
 TOKENIZED_BLEU_METHOD = (
     "BLEU as the Multi30k literature reports it: every hypothesis and reference is split into words by spaCy's "
@@ -338,6 +368,8 @@ def package(
         "decoding": decoding(),
         "scores": score(target, direction, data_dir),
         "tokenized_lowercased_bleu_method": TOKENIZED_BLEU_METHOD,
+        "limitations": LIMITATIONS,
+        "outside_the_data": outside_the_data(target, direction),
         "terms": MULTI30K_TERMS,
     }
     card["test"] = card["scores"]["test_2016_flickr"]  # the key earlier cards and pages read
@@ -354,6 +386,35 @@ def decoding() -> dict:
     }
 
 
+def outside_the_data(target: pathlib.Path, direction: str) -> dict:
+    """The card's ``outside_the_data``: the shipped file ``target`` translating ``OUTSIDE_THE_DATA[direction]`` with
+    the shipped decoding setting."""
+    import companion
+
+    loaded = companion.load_pretrained(direction, path=target)
+    sources = list(OUTSIDE_THE_DATA[direction])
+    translations = loaded.translate(sources, beam_size=BEAM, alpha=ALPHA)
+    return {
+        "beam_size": BEAM,
+        "alpha": ALPHA,
+        "examples": [{"source": s, "translation": t} for s, t in zip(sources, translations)],
+    }
+
+
+def refresh_limitations(direction: str, *, out: pathlib.Path = OUT) -> dict:
+    """Rewrite only the card's ``limitations`` and ``outside_the_data`` for the shipped ``out/<direction>-small.pt``
+    (its SHA-256 must still be the card's); returns the card."""
+    card_path = out / f"{direction}-small.json"
+    card = json.loads(card_path.read_text())
+    target = out / f"{direction}-small.pt"
+    if sha256(target) != card["sha256"]:
+        raise SystemExit(f"make_pretrained: {target} is not the file its card describes (SHA-256 differs)")
+    card["limitations"] = LIMITATIONS
+    card["outside_the_data"] = outside_the_data(target, direction)
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
 def rescore(direction: str, data_dir: str | None, *, out: pathlib.Path = OUT) -> dict:
     """Score the shipped ``out/<direction>-small.pt`` again (its SHA-256 must still be the card's) and rewrite its
     card's ``decoding``, ``scores`` and ``test``, with ``scoring_command``, ``scoring_date`` and ``scoring_hardware``
@@ -366,6 +427,8 @@ def rescore(direction: str, data_dir: str | None, *, out: pathlib.Path = OUT) ->
     card["decoding"] = decoding()
     card["scores"] = score(target, direction, data_dir)
     card["test"] = card["scores"]["test_2016_flickr"]
+    card["limitations"] = LIMITATIONS
+    card["outside_the_data"] = outside_the_data(target, direction)
     card["scoring_hardware"] = hardware()
     card["scoring_command"] = " ".join(["python", "tools/make_pretrained.py", *sys.argv[1:]])
     card["scoring_date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -393,15 +456,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("COMPANION_DATA_DIR"),
         help="Multi30k folder (default: $COMPANION_DATA_DIR, else the Hugging Face hub)",
     )
+    parser.add_argument(
+        "--limitations",
+        action="store_true",
+        help="rewrite only the cards' limitations and outside_the_data (the shipped files translating "
+        "OUTSIDE_THE_DATA): no training, no scoring",
+    )
     args = parser.parse_args(argv)
     if args.train and args.rescore:
         parser.error("--rescore scores the shipped files as they are: it cannot be combined with --train")
+    if args.limitations and (args.train or args.rescore):
+        parser.error(
+            "--limitations rewrites two fields of the shipped cards: it cannot be combined with --train or --rescore"
+        )
     return args
 
 
 def main() -> None:
     args = parse_args()
     directions = DIRECTIONS if args.direction == "both" else (args.direction,)
+    if args.limitations:
+        for direction in directions:
+            card = refresh_limitations(direction)
+            print(json.dumps({k: card[k] for k in ("file", "outside_the_data")}, indent=2, ensure_ascii=False))
+        return
     if args.rescore:
         for direction in directions:
             card = rescore(direction, args.data_dir)

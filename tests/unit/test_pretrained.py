@@ -182,6 +182,8 @@ def test_the_shipped_model_matches_its_card_and_translates(direction):
     sentences, expected_words = SENTENCES[direction]
     for translation, words in zip(loaded.translate(sentences), expected_words):
         assert all(word in translation.lower() for word in words), (translation, words)
+    outside = card["outside_the_data"]["examples"]  # the card shows what this very file translates
+    assert loaded.translate([e["source"] for e in outside]) == [e["translation"] for e in outside]
 
 
 def check_card(card: dict, direction: str) -> None:
@@ -212,6 +214,17 @@ def check_card(card: dict, direction: str) -> None:
         for metric in ("bleu", "chrf", "tokenized_lowercased_bleu", "tokenized_cased_bleu"):
             assert 0 <= scores[metric] <= 100, (search, metric)
         assert scores["sentences"] > 0
+    check_limitations(card, direction)
+
+
+def check_limitations(card: dict, direction: str) -> None:
+    """The card's limitations and its shipped model's translations of the sentences unlike the captions."""
+    tool = _make_pretrained_tool()
+    assert card["limitations"] == tool.LIMITATIONS and "29,000 image captions" in card["limitations"]
+    outside = card["outside_the_data"]
+    assert (outside["beam_size"], outside["alpha"]) == (pretrained.SHIPPED_BEAM_SIZE, pretrained.SHIPPED_ALPHA)
+    assert [e["source"] for e in outside["examples"]] == list(tool.OUTSIDE_THE_DATA[direction])
+    assert all(isinstance(e["translation"], str) for e in outside["examples"])
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
@@ -293,11 +306,34 @@ def test_rescore_scores_the_shipped_file_again_and_keeps_the_rest_of_its_card(tm
     )
     assert rescored["name"] == "kept" and rescored["hardware"] == {"cpu": "the packaging machine"}
     assert rescored["scoring_hardware"]["cpu_cores"] > 0 and rescored["scoring_command"].startswith("python tools/")
+    assert rescored["limitations"] == tool.LIMITATIONS
+    assert rescored["outside_the_data"] == tool.outside_the_data(shipped, "de-en")
     shipped.write_bytes(shipped.read_bytes() + b"\0")  # no longer the file its card describes
     with pytest.raises(SystemExit, match="SHA-256 differs"):
         tool.rescore("de-en", "data", out=out)
     with pytest.raises(SystemExit):
         tool.parse_args(["--rescore", "--train"])
+
+
+def test_limitations_rewrites_only_its_two_fields_of_the_shipped_card(tmp_path, tiny_model):
+    tool = _make_pretrained_tool()
+    out = tmp_path / "pretrained"
+    out.mkdir()
+    shipped = tiny_run_checkpoint(out / "de-en-small.pt", "de-en", tiny_model)
+    card = {"name": "kept", "sha256": pretrained._sha256(shipped), "scores": {"test_2016_flickr": {}}}
+    (out / "de-en-small.json").write_text(json.dumps(card))
+    refreshed = tool.refresh_limitations("de-en", out=out)
+    assert refreshed == json.loads((out / "de-en-small.json").read_text())
+    assert {k: v for k, v in refreshed.items() if k not in ("limitations", "outside_the_data")} == card
+    examples = refreshed["outside_the_data"]["examples"]
+    loaded = companion.load_pretrained("de-en", path=shipped)
+    assert [e["translation"] for e in examples] == loaded.translate(list(tool.OUTSIDE_THE_DATA["de-en"]))
+    shipped.write_bytes(shipped.read_bytes() + b"\0")
+    with pytest.raises(SystemExit, match="SHA-256 differs"):
+        tool.refresh_limitations("de-en", out=out)
+    for clash in (["--limitations", "--rescore"], ["--limitations", "--train"]):
+        with pytest.raises(SystemExit):
+            tool.parse_args(clash)
 
 
 def test_the_shipped_decoding_setting_is_the_one_chosen_on_validation():

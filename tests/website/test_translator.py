@@ -299,6 +299,11 @@ def test_page_loads_offline_and_shows_the_model_card(translator, manifest, model
             assert card["test"][search]["bleu_signature"] in text
         assert card["training_command"] in text
         assert card["terms"] in text
+        assert card["limitations"] in text  # and what the model makes of sentences unlike its captions
+        for example in card["outside_the_data"]["examples"]:
+            assert f"{example['source']}\u201d \u2192 \u201c{example['translation']}" in text, example
+        shared = model_jsons[direction]["src_tokenizer"] == model_jsons[direction]["tgt_tokenizer"]
+        assert ("shared by both languages" in text) == shared
         assert f"{card['onnx_bytes']['encoder']:,} bytes" in text
         assert f"{card['onnx_bytes']['decoder']:,} bytes" in text
     options = translator.page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")

@@ -1046,6 +1046,21 @@
     );
   }
 
+  /** The model's vocabularies in words: one shared subword vocabulary, or one per language. */
+  function vocabularies(info) {
+    const c = info.config;
+    const src = info.src_tokenizer || {};
+    const tgt = info.tgt_tokenizer || {};
+    const unit = src.type === "subword" ? "subword tokens" : "words";
+    if (src.type === tgt.type && JSON.stringify(src) === JSON.stringify(tgt)) {
+      return `one vocabulary of ${numberFormat.format(c.src_vocab_size)} ${unit} shared by both languages`;
+    }
+    return (
+      `vocabularies of ${numberFormat.format(c.src_vocab_size)} ${info.direction.source_name} and ` +
+      `${numberFormat.format(c.tgt_vocab_size)} ${info.direction.target_name} ${unit}`
+    );
+  }
+
   /** The model card from model.json: every number here comes from that file. */
   function renderCard(info) {
     const card = info.card;
@@ -1059,9 +1074,7 @@
     row(
       "size",
       `${numberFormat.format(card.parameters)} parameters (d_model ${c.d_model}, ${c.num_heads} heads, ` +
-        `${c.num_encoder_layers} encoder + ${c.num_decoder_layers} decoder layers, vocabularies of ` +
-        `${numberFormat.format(c.src_vocab_size)} ${info.direction.source_name} and ` +
-        `${numberFormat.format(c.tgt_vocab_size)} ${info.direction.target_name} words, ` +
+        `${c.num_encoder_layers} encoder + ${c.num_decoder_layers} decoder layers, ${vocabularies(info)}, ` +
         `sources up to ${c.max_len} tokens)`
     );
     if (onnxTotal) {
@@ -1094,6 +1107,23 @@
     if (card.steps) row("training steps", numberFormat.format(card.steps));
     if (card.packaging_command) row("packaged with", h("code", { class: "tr-command", text: card.packaging_command }));
     if (card.history) row("history", card.history);
+    if (card.limitations) row("limitations", card.limitations);
+    const outside = card.outside_the_data;
+    if (outside && outside.examples && outside.examples.length) {
+      row(
+        "outside its data",
+        h("div", {}, [
+          `What this model gives (beam ${outside.beam_size}, \u03b1 ${outside.alpha}) for sentences unlike its captions:`,
+          h(
+            "ul",
+            { class: "tr-outside" },
+            outside.examples.map((e) =>
+              h("li", { text: `\u201c${e.source}\u201d \u2192 \u201c${e.translation}\u201d` })
+            )
+          ),
+        ])
+      );
+    }
     if (card.terms) row("terms", card.terms);
     return h("table", { class: "tr-card-body tr-card-table" }, [h("tbody", {}, rows)]);
   }
