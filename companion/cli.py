@@ -56,6 +56,7 @@ __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 # The exit code when the reader of stdout goes away (``companion translate ... | head -1``): that of a program
 # ended by SIGPIPE, as shells report it.
 EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -101,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="translate sentences: arguments, or one per line (stdin -> stdout)",
         description="Translate the SENTENCE arguments, or one sentence per line from --input (or stdin), to "
         "stdout, one line each, in the same order. An empty sentence gives an empty output line. Sentences "
-        "longer than the model's max_len are truncated with a warning.",
+        "longer than the model's max_len are truncated with a warning. At a terminal (stdin not piped), each "
+        "line is translated as soon as Enter is pressed, until Ctrl-D.",
     )
     translate.add_argument(
         "sentences",
@@ -188,13 +190,6 @@ def _read_lines(path: str | None, stdin: TextIO | None) -> list[str]:
     if not path:
         if stdin is None:  # the shell closed it (``<&-``)
             raise RunError("stdin is closed: pipe the sentences in, or pass --input FILE or SENTENCE arguments")
-        if _is_terminal(stdin):  # someone typing: say how to end, rather than wait in silence
-            print(
-                "companion translate: reading sentences from the terminal, one per line; end with Ctrl-D (Ctrl-Z "
-                "then Enter on Windows), or give them as arguments: companion translate ... 'a sentence'",
-                file=sys.stderr,
-                flush=True,
-            )
         binary = getattr(stdin, "buffer", None)
         try:
             text = decode_utf8(binary.read(), "stdin") if binary is not None else stdin.read()
@@ -209,6 +204,33 @@ def _read_lines(path: str | None, stdin: TextIO | None) -> list[str]:
     except OSError as error:
         raise RunError(f"--input {path}: {error.strerror}") from None
     return split_lines(decode_utf8(data, f"--input {path}"))
+
+
+def _translate_as_typed(config: TranslateConfig, loaded, stdin: TextIO, stdout: TextIO) -> int:
+    """Someone typing at a terminal: translate each line as soon as Enter is pressed, until Ctrl-D (end of input)
+    or Ctrl-C. A line that cannot be translated (text that is not UTF-8) is reported and the next one is read."""
+    print(
+        "companion translate: type a sentence and press Enter; Ctrl-D (Ctrl-Z then Enter on Windows) ends",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while True:
+            try:
+                line = stdin.readline()
+                if not line:
+                    return 0
+                translations = translate_run(config, split_lines(line) or [""], loaded=loaded)
+            except (RunError, UnicodeDecodeError) as error:
+                reason = "the line is not UTF-8 text" if isinstance(error, UnicodeDecodeError) else error
+                print(f"companion translate: error: {reason}", file=sys.stderr, flush=True)
+                continue
+            code = _write_lines(translations, stdout)
+            if code:
+                return code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # end the line ^C was echoed on
+        return EXIT_INTERRUPTED
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -300,6 +322,8 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
             f"{search['alpha']:g} ({config.search_origin(loaded.checkpoint)})",
             file=sys.stderr,
         )
+        if given is None and not config.input and stdin is not None and _is_terminal(stdin):
+            return _translate_as_typed(config, loaded, stdin, stdout)
         lines = given if given is not None else _read_lines(config.input, stdin)
         return _write_lines(translate_run(config, lines, loaded=loaded), stdout)
     if args.command == "choose-alpha":

@@ -288,3 +288,50 @@ def test_a_programming_error_keeps_its_traceback(tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="a bug"):
         main([*COPY, "--max-steps", "1", "--out", str(tmp_path / "x")])
     assert "error:" not in capsys.readouterr().err
+
+
+def _read_until(fd: int, wanted: str, limit_s: float = 120.0) -> str:
+    """What a pseudo-terminal shows until ``wanted`` appears (or the process ends, or ``limit_s`` passes: a safety
+    net against a hung test, not a speed check)."""
+    import select
+    import time
+
+    shown = b""
+    give_up = time.monotonic() + limit_s
+    while wanted.encode() not in shown and time.monotonic() < give_up:
+        if select.select([fd], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the process ended (Linux reports EIO)
+                break
+            if not chunk:
+                break
+            shown += chunk
+    return shown.decode("utf-8", errors="replace")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal as Linux has it")
+def test_translate_at_a_real_terminal_answers_each_line_as_it_is_typed():
+    import pty
+
+    import companion
+
+    shipped = companion.load_pretrained("de-en", download=False)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: companion translate with the terminal as stdin, stdout and stderr
+        os.execv(sys.executable, [sys.executable, "-m", "companion", "translate", "--pretrained", "de-en"])
+    try:
+        assert "type a sentence and press Enter" in _read_until(fd, "Ctrl-D")
+        for sentence in ("Ein Hund läuft durch den Schnee.", "Zwei Männer spielen Fußball."):
+            expected = shipped.translate(sentence)
+            os.write(fd, f"{sentence}\n".encode())
+            assert expected in _read_until(fd, expected)  # answered while the terminal is still open
+        os.write(fd, b"\x04")  # Ctrl-D: end of input
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.close(fd)
+        if pid:  # a failed check leaves no process behind
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)

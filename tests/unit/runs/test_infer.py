@@ -207,20 +207,48 @@ def test_sentence_arguments_and_an_input_file_are_not_mixed(tmp_path, monkeypatc
     assert "SENTENCE argument 2 is not UTF-8 text (character '\\udcff' at position 3)" in capsys.readouterr().err
 
 
-class _Terminal(io.TextIOWrapper):
+class _Terminal(io.StringIO):
+    """A terminal's stdin: lines as typed; ``interrupt_after`` lines, then Ctrl-C."""
+
+    def __init__(self, text: str, interrupt_after: int | None = None) -> None:
+        super().__init__(text)
+        self.interrupt_after = interrupt_after
+        self.reads = 0
+
     def isatty(self) -> bool:
         return True
 
+    def readline(self, size: int | None = -1) -> str:
+        if self.interrupt_after is not None and self.reads == self.interrupt_after:
+            raise KeyboardInterrupt
+        self.reads += 1
+        return super().readline(size)
 
-def test_reading_from_a_terminal_says_how_to_end_the_input(tmp_path, monkeypatch, capsys):
+
+def test_a_terminal_gets_each_translation_as_soon_as_its_line_is_typed(tmp_path, monkeypatch, capsys):
     checkpoint = word_checkpoint(tmp_path / "m.pt")
-    monkeypatch.setattr(sys, "stdin", _Terminal(io.BytesIO(b"a man\n"), encoding="utf-8"))
-    assert main(["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]) == 0
-    captured = capsys.readouterr()
-    assert len(captured.out.split("\n")) == 2
-    assert "reading sentences from the terminal, one per line; end with Ctrl-D" in captured.err
-    code, _, err = run_translate(monkeypatch, capsys, checkpoint, b"a man\n")  # a pipe: no such line
-    assert code == 0 and "reading sentences" not in err
+    command = ["translate", "--checkpoint", str(checkpoint), "--beam-size", "1", "--device", "cpu"]
+    code, piped, _ = run_translate(monkeypatch, capsys, checkpoint, b"a man\n\ntwo dogs\n")
+    assert code == 0
+    seen = []
+    terminal = _Terminal("a man\n\ncaf\udcff\ntwo dogs\n")
+    real_readline = terminal.readline
+
+    def readline(size=-1):  # what had been written when the next line was asked for
+        seen.append(capsys.readouterr())
+        return real_readline(size)
+
+    terminal.readline = readline  # type: ignore[method-assign]
+    monkeypatch.setattr(sys, "stdin", terminal)
+    assert main(command) == 0  # Ctrl-D (end of input) ends it
+    lines = piped.split("\n")
+    answers = [s.out for s in seen[1:]]
+    assert answers == [lines[0] + "\n", "\n", "", lines[2] + "\n"]  # each answer before the next line is read
+    assert "type a sentence and press Enter; Ctrl-D" in seen[0].err
+    assert "line 1 is not valid text" in seen[3].err  # the bad line is reported, and the next one translated
+    monkeypatch.setattr(sys, "stdin", _Terminal("a man\n", interrupt_after=1))
+    assert main(command) == 130  # Ctrl-C: the shell's code for SIGINT, no traceback
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def _translate_process(checkpoint, lines: int, stdout) -> subprocess.Popen:
