@@ -39,9 +39,12 @@ running the graphs needs ``onnxruntime`` (or ONNX Runtime Web in a browser).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -308,6 +311,32 @@ def export_onnx(
     return paths
 
 
+# What PyTorch's exporter says at every export of these graphs, about its own internals, with nothing for a user to
+# act on: an axis name given to several inputs (the same torch.export.Dim, as intended here) "will not be used", and
+# its pytree code's use of a deprecated check (torch 2.13); and, logged, that it skips torchvision's operators when
+# torchvision is not installed (these graphs use none).
+_EXPORTER_NOISE = (
+    r"# The axis name: \w+ will not be used, since it shares the same shape constraints with another axis",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+_EXPORTER_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Export without the exporter's noise above; every other warning and log message still shows."""
+    logger = logging.getLogger(_EXPORTER_REGISTRY_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for message in _EXPORTER_NOISE:
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _export(
     graph: nn.Module, args: tuple, path: Path, input_names: list[str], output_names: list[str], dynamic_shapes: dict
 ) -> Path:
@@ -321,18 +350,19 @@ def _export(
         ) from error
     partial = path.with_name(path.name + ".partial")
     graph.eval()  # a fresh wrapper starts in training mode (the model inside is already in eval mode)
-    program = torch.onnx.export(
-        graph,
-        args,
-        input_names=input_names,
-        output_names=output_names,
-        dynamic_shapes=dynamic_shapes,
-        opset_version=ONNX_OPSET,
-        dynamo=True,
-        verbose=False,
-    )
-    assert program is not None
-    program.optimize()
+    with _quiet_exporter():
+        program = torch.onnx.export(
+            graph,
+            args,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_shapes=dynamic_shapes,
+            opset_version=ONNX_OPSET,
+            dynamo=True,
+            verbose=False,
+        )
+        assert program is not None
+        program.optimize()
     program.save(str(partial), external_data=False)
     partial.replace(path)
     return path
