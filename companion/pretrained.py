@@ -85,6 +85,7 @@ DIRECTIONS: dict[str, str] = {entry["direction"]: name for name, entry in PRETRA
 # tools/make_pretrained.py scores the model cards and tools/build_translator.py sets the page's default with it.
 SHIPPED_BEAM_SIZE = 4
 SHIPPED_ALPHA = 2.0
+SHIPPED_DECODING = {"beam_size": SHIPPED_BEAM_SIZE, "alpha": SHIPPED_ALPHA}
 
 
 def _model_name(direction: str) -> str:
@@ -104,8 +105,11 @@ class PretrainedModel:
     """A trained :class:`~companion.model.Transformer` with its two tokenizers and its model card.
 
     ``translate`` turns source-language sentences (German for ``de-en``, English for ``en-de``) into the target
-    language with the shipped models' decoding setting (beam ``SHIPPED_BEAM_SIZE``, length penalty
-    ``SHIPPED_ALPHA``, chosen on validation; ``beam_size=1`` is greedy search, ``alpha=0.6`` the paper's).
+    language with ``decoding``'s beam size and length penalty unless given others (``beam_size=1`` is greedy
+    search, ``alpha=0.6`` the paper's). ``decoding`` is the setting the checkpoint file records (``companion
+    train`` and ``companion choose-alpha`` record the one chosen on validation, and ``companion translate`` uses
+    it too), else the shipped models' (beam ``SHIPPED_BEAM_SIZE``, length penalty ``SHIPPED_ALPHA``, chosen on
+    their validation split).
     """
 
     model: Transformer
@@ -113,6 +117,7 @@ class PretrainedModel:
     tgt_tokenizer: Tokenizer
     path: Path
     info: dict[str, Any] = field(default_factory=dict)
+    decoding: dict[str, Any] = field(default_factory=lambda: dict(SHIPPED_DECODING))
 
     def __repr__(self) -> str:
         """One line (the dataclass's own repr would print the whole module tree and model card)."""
@@ -124,7 +129,8 @@ class PretrainedModel:
         return (
             f"PretrainedModel({direction}, {str(self.path)!r}{step}, "
             f"{self.model.num_parameters() / 1e6:.2f}M parameters, vocabularies "
-            f"{self.src_tokenizer.vocab_size}/{self.tgt_tokenizer.vocab_size})"
+            f"{self.src_tokenizer.vocab_size}/{self.tgt_tokenizer.vocab_size}, beam {self.decoding['beam_size']} "
+            f"alpha {self.decoding['alpha']:g})"
         )
 
     @property
@@ -141,21 +147,27 @@ class PretrainedModel:
 
     @overload
     def translate(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]; the str case comes first
-        self, sentences: str, *, beam_size: int = SHIPPED_BEAM_SIZE, alpha: float = SHIPPED_ALPHA
+        self, sentences: str, *, beam_size: int | None = None, alpha: float | None = None
     ) -> str: ...
 
     @overload
     def translate(
-        self, sentences: Sequence[str], *, beam_size: int = SHIPPED_BEAM_SIZE, alpha: float = SHIPPED_ALPHA
+        self, sentences: Sequence[str], *, beam_size: int | None = None, alpha: float | None = None
     ) -> list[str]: ...
 
     def translate(
-        self, sentences: str | Sequence[str], *, beam_size: int = SHIPPED_BEAM_SIZE, alpha: float = SHIPPED_ALPHA
+        self, sentences: str | Sequence[str], *, beam_size: int | None = None, alpha: float | None = None
     ) -> str | list[str]:
         """Translate plain text: one sentence (a string) gives its translation (a string); a list of sentences
-        gives the detokenized translations in the same order."""
+        gives the detokenized translations in the same order. ``beam_size`` and ``alpha`` default to
+        ``decoding``'s."""
         return translate(
-            self.model, sentences, self.src_tokenizer, self.tgt_tokenizer, beam_size=beam_size, alpha=alpha
+            self.model,
+            sentences,
+            self.src_tokenizer,
+            self.tgt_tokenizer,
+            beam_size=self.decoding["beam_size"] if beam_size is None else beam_size,
+            alpha=self.decoding["alpha"] if alpha is None else alpha,
         )
 
 
@@ -272,7 +284,9 @@ def load_pretrained(
             shipped model (``PRETRAINED_MODELS``, e.g. ``"multi30k-en-de-small"``) is accepted too. Anything
             else is a ValueError that lists the choices.
         path: a checkpoint file to load instead of searching (loaded as it is: its SHA-256 is not compared
-            with the shipped file's, its content digest and entries are checked as for every checkpoint).
+            with the shipped file's, its content digest and entries are checked as for every checkpoint), e.g. a
+            run's ``averaged.pt``; ``translate`` then decodes with the setting the file records (``companion
+            train`` ends by choosing it on the validation split), else with the shipped models'.
         device: where the model goes (eval mode): ``"cpu"``, ``"cuda[:N]"``, ``"mps"`` or ``"auto"``, resolved
             first (a :class:`~companion.errors.DeviceUnavailableError` when the backend is missing).
         download: allow fetching the file from the repository when no local copy exists.
@@ -289,4 +303,5 @@ def load_pretrained(
     src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)
     info = dict(checkpoint.get("run_info") or {})
     info.update(step=checkpoint.get("step"), averaged_from=checkpoint.get("averaged_from"))
-    return PretrainedModel(model, src_tokenizer, tgt_tokenizer, file, info)
+    decoding = dict(checkpoint.get("decoding") or SHIPPED_DECODING)  # checked by load_checkpoint when present
+    return PretrainedModel(model, src_tokenizer, tgt_tokenizer, file, info, decoding)

@@ -113,7 +113,6 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
     from companion.data.spacy_export import spacy_tokenizer_rules
     from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, WordTokenizer
     from companion.decode import MAX_ALPHA
-    from companion.pretrained import SHIPPED_ALPHA, SHIPPED_BEAM_SIZE
 
     config = pretrained.model.config
     source, target = pretrained.languages
@@ -142,8 +141,8 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
         # the searches' settings and limits, as companion.decode has them (search.js reads the limits from here)
         "decoding": {
             "max_extra_len": 50,
-            "beam_size": SHIPPED_BEAM_SIZE,
-            "alpha": SHIPPED_ALPHA,
+            "beam_size": pretrained.decoding["beam_size"],  # the setting the checkpoint records, else the shipped one
+            "alpha": pretrained.decoding["alpha"],
             "max_alpha": MAX_ALPHA,
             "max_beam_size": MAX_BEAM_SIZE,
         },

@@ -453,6 +453,29 @@ def test_a_loaded_model_prints_as_one_line_and_checks_its_sentences(tiny_checkpo
     assert loaded.translate(("ein hund",), beam_size=1) == [loaded.translate("ein hund", beam_size=1)]
 
 
+def test_translate_decodes_with_the_setting_the_file_records_else_the_shipped_one(tiny_checkpoint, monkeypatch):
+    from companion.checkpoint.load import record_decoding
+
+    searches = []
+    real_translate = pretrained.translate
+
+    def spy(*args, **kwargs):
+        searches.append((kwargs["beam_size"], kwargs["alpha"]))
+        return real_translate(*args, **kwargs)
+
+    monkeypatch.setattr(pretrained, "translate", spy)
+    plain = companion.load_pretrained(path=tiny_checkpoint)
+    assert plain.decoding == {"beam_size": pretrained.SHIPPED_BEAM_SIZE, "alpha": pretrained.SHIPPED_ALPHA}
+    plain.translate("ein hund")
+    record_decoding(tiny_checkpoint, {"beam_size": 3, "alpha": 1.5, "chosen_on": "the validation split"})
+    chosen = companion.load_pretrained(path=tiny_checkpoint)  # what `companion train` leaves in a run's averaged.pt
+    assert chosen.decoding["beam_size"] == 3 and chosen.decoding["alpha"] == 1.5
+    assert "beam 3 alpha 1.5" in repr(chosen)
+    chosen.translate("ein hund")
+    chosen.translate("ein hund", beam_size=1, alpha=0.6)  # given values win
+    assert searches == [(pretrained.SHIPPED_BEAM_SIZE, pretrained.SHIPPED_ALPHA), (3, 1.5), (1, 0.6)]
+
+
 def test_languages_come_from_the_run_record_or_word_tokenizers(tiny_checkpoint):
     loaded = companion.load_pretrained(path=tiny_checkpoint)
     assert loaded.languages == ("de", "en")
