@@ -18,9 +18,10 @@ def _check_archive(path: Path) -> None:
     more bytes than the file holds (torch.save stores every member uncompressed, so a checkpoint's contents
     are never larger than the file)."""
     if path.is_dir():
+        averaged = path / "averaged.pt"  # a run folder's final weights, when its run averages checkpoints
+        example = averaged if averaged.is_file() else f"{path}/checkpoints/step_*.pt"
         raise CheckpointError(
-            f"{path} is a folder; pass a checkpoint file (e.g. {path}/checkpoints/step_*.pt), "
-            "or use latest_checkpoint(folder)"
+            f"{path} is a folder; pass a checkpoint file (e.g. {example}), or use latest_checkpoint(folder)"
         )
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")

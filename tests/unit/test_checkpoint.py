@@ -192,6 +192,13 @@ def test_truncated_empty_garbage_and_bit_flipped_files_give_clear_errors(tmp_pat
         assert name in str(info.value)
     with pytest.raises(CheckpointError, match="does not exist"):
         load_checkpoint(tmp_path / "missing.pt")
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(CheckpointError, match=r"run is a folder; pass a checkpoint file \(e\.g\. .*step_\*\.pt\)"):
+        load_checkpoint(run)
+    (run / "averaged.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"run is a folder; pass a checkpoint file \(e\.g\. .*run/averaged\.pt\)"):
+        load_checkpoint(run)  # the run's final weights, when it has them
 
 
 class ArbitraryObject:
