@@ -45,6 +45,7 @@ def translate(  # type: ignore[overload-overlap]  # a str is also a Sequence[str
     alpha: float = ...,
     batch_size: int = ...,
     device: torch.device | str | None = ...,
+    progress: bool = ...,
 ) -> str: ...
 @overload
 def translate(
@@ -57,6 +58,7 @@ def translate(
     alpha: float = ...,
     batch_size: int = ...,
     device: torch.device | str | None = ...,
+    progress: bool = ...,
 ) -> list[str]: ...
 def translate(
     model: Transformer,
@@ -68,6 +70,7 @@ def translate(
     alpha: float = 0.6,
     batch_size: int = 64,
     device: torch.device | str | None = None,
+    progress: bool = False,
 ) -> str | list[str]:
     """Translate ``sentences`` (plain text) and return detokenized translations in the same order.
 
@@ -77,12 +80,13 @@ def translate(
     Sentences are sorted by length into batches of ``batch_size`` to limit padding. ``beam_size=1`` is
     greedy search. ``device`` (default: where the model is) receives the model and the batches. A source
     longer than the model's ``max_len`` is truncated with a warning; an empty sentence is decoded from
-    ``<eos>`` alone.
+    ``<eos>`` alone. ``progress`` shows a tqdm bar of the sentences translated (on stderr; ``companion
+    translate`` shows it for more than one batch when stderr is a terminal).
     """
     if isinstance(sentences, str):
         return translate(
             model, [sentences], src_tokenizer, tgt_tokenizer,
-            beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device,
+            beam_size=beam_size, alpha=alpha, batch_size=batch_size, device=device, progress=progress,
         )[0]  # fmt: skip
     sentences = _check_sentences(sentences)
     if not isinstance(tgt_tokenizer, Tokenizer):
@@ -90,7 +94,7 @@ def translate(
     bos_id, eos_id = tgt_tokenizer.bos_id, tgt_tokenizer.eos_id
     alpha = _check_translation_options(model, beam_size, alpha, batch_size, bos_id, eos_id)
     sources = _encode_sources(sentences, src_tokenizer, model.config.max_len)
-    ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id)
+    ids = _decode_sources(model, sources, beam_size, alpha, batch_size, device, bos_id, eos_id, progress=progress)
     return [tgt_tokenizer.decode(hypothesis) for hypothesis in ids]
 
 
@@ -134,13 +138,23 @@ def _decode_sources(
     device: torch.device | str | None,
     bos_id: int,
     eos_id: int,
+    *,
+    progress: bool = False,
 ) -> list[list[int]]:
     """Decode checked source id lists in length-sorted batches; the outputs in the order of ``rows``."""
     if beam_size == 1:
         return _in_batches(
-            model, rows, batch_size, device, lambda src: _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id)
+            model,
+            rows,
+            batch_size,
+            device,
+            lambda src: _greedy(model, src, _MAX_EXTRA_LEN, bos_id, eos_id),
+            progress=progress,
         )
-    return _decode_sources_alphas(model, rows, [alpha], beam_size, batch_size, device, bos_id, eos_id)[alpha]
+    found = _decode_sources_alphas(
+        model, rows, [alpha], beam_size, batch_size, device, bos_id, eos_id, progress=progress
+    )
+    return found[alpha]
 
 
 def _in_batches(
@@ -149,19 +163,28 @@ def _in_batches(
     batch_size: int,
     device: torch.device | str | None,
     search: Callable[[torch.Tensor], list[_T]],
+    *,
+    progress: bool = False,
 ) -> list[_T]:
     """``search`` over checked source id lists in length-sorted batches (``src [batch, n]``, right-padded, on
-    ``device``: default where the model is); one result per source, in the order of ``rows``."""
+    ``device``: default where the model is); one result per source, in the order of ``rows``. ``progress``: a
+    tqdm bar of the sources done, on stderr."""
+    from tqdm.auto import tqdm
+
     device = resolve_device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]), reverse=True)
     outputs: list[_T | None] = [None] * len(rows)
-    with torch.inference_mode():  # the searches' own mode (see greedy_decode)
+    with (
+        torch.inference_mode(),  # the searches' own mode (see greedy_decode)
+        tqdm(total=len(rows), unit="sentence", desc="translate", disable=not progress, dynamic_ncols=True) as bar,
+    ):
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             src = pad_sequences([rows[i] for i in chunk], model.config.pad_id).to(device)
             for i, result in zip(chunk, search(src)):
                 outputs[i] = result
+            bar.update(len(chunk))
     return outputs  # type: ignore[return-value]  # every position was filled
 
 
@@ -225,10 +248,12 @@ def _decode_sources_alphas(
     device: torch.device | str | None,
     bos_id: int,
     eos_id: int,
+    *,
+    progress: bool = False,
 ) -> dict[float, list[list[int]]]:
     """One search over checked source id lists; each alpha's winners, in the order of ``rows``."""
     if beam_size == 1:
-        greedy = _decode_sources(model, rows, 1, alphas[0], batch_size, device, bos_id, eos_id)
+        greedy = _decode_sources(model, rows, 1, alphas[0], batch_size, device, bos_id, eos_id, progress=progress)
         return {alpha: [list(ids) for ids in greedy] for alpha in alphas}
     found: list[list[Finished]] = _in_batches(
         model,
@@ -236,6 +261,7 @@ def _decode_sources_alphas(
         batch_size,
         device,
         lambda src: _beam_finished(model, src, beam_size, _MAX_EXTRA_LEN, bos_id, eos_id),
+        progress=progress,
     )
     return {alpha: [list(best_hypothesis(hypotheses, alpha).tokens) for hypotheses in found] for alpha in alphas}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -307,10 +308,18 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
             tgt_tok,
             **config.search_options(checkpoint),
             device=device,
+            progress=len(wanted) > config.batch_size and _stderr_is_terminal(),  # a long job at a terminal
         )
         for i, text in zip(wanted, translations):
             outputs[i] = text
     return [text.replace("\n", " ") for text in outputs]
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError, OSError):  # replaced or closed
+        return False
 
 
 def _usable_part(text: str, number: int, max_len: int) -> str:

@@ -419,6 +419,18 @@ def test_translate_takes_any_ordered_collection_of_strings_and_names_what_it_ref
         translate(copy_model(), ["apple", None], copy_tokenizer, copy_tokenizer)
 
 
+def test_translate_shows_progress_only_when_asked(copy_tokenizer, capsys):
+    sentences = ["apple bear", "fox", "cat dog egg fox apple", "egg egg", "bear cat dog"]
+    for beam_size in (1, 4):
+        quiet = translate(copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size, batch_size=2)
+        assert capsys.readouterr().err == ""
+        shown = translate(
+            copy_model(), sentences, copy_tokenizer, copy_tokenizer, beam_size=beam_size, batch_size=2, progress=True
+        )
+        assert shown == quiet == sentences  # the bar changes nothing else
+        assert "translate" in (bar := capsys.readouterr().err) and f"{len(sentences)}/{len(sentences)}" in bar
+
+
 def test_translate_ids_is_translate_without_the_tokenizers(copy_tokenizer):
     sentences = ["apple bear", "fox", "cat dog egg fox apple", "bear cat dog"]
     sources = [copy_tokenizer.encode(s) + [EOS_ID] for s in sentences]

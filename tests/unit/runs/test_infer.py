@@ -251,6 +251,23 @@ def test_a_terminal_gets_each_translation_as_soon_as_its_line_is_typed(tmp_path,
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_translate_shows_a_progress_bar_for_a_long_job_at_a_terminal(tmp_path, monkeypatch, capsys):
+    from companion.runs import infer
+
+    checkpoint = word_checkpoint(tmp_path / "m.pt")
+    loaded = load_for_inference(checkpoint, "cpu")
+    config = TranslateConfig(checkpoint=str(checkpoint), beam_size=1, batch_size=2)
+    lines = ["a man", "two dogs", "a man"]
+    monkeypatch.setattr(infer, "_stderr_is_terminal", lambda: True)
+    translate_run(config, lines, loaded=loaded)
+    assert "3/3" in capsys.readouterr().err  # more sentences than one batch: a bar
+    translate_run(config, lines[:2], loaded=loaded)
+    assert capsys.readouterr().err == ""  # one batch: none
+    monkeypatch.setattr(infer, "_stderr_is_terminal", lambda: False)
+    translate_run(config, lines, loaded=loaded)
+    assert capsys.readouterr().err == ""  # stderr to a file or a pipe: none
+
+
 def _translate_process(checkpoint, lines: int, stdout) -> subprocess.Popen:
     """``companion translate`` in a process of its own, ``lines`` sentences on its stdin."""
     command = [sys.executable, "-m", "companion", "translate", "--checkpoint", str(checkpoint), "--beam-size", "1"]
