@@ -50,6 +50,7 @@ from .runs import (
     train_run,
     translate_run,
 )
+from .runs.infer import _is_terminal  # the one terminal test, shared with translate_run's progress bar
 
 __all__ = ["main", "build_parser", "EXIT_BROKEN_PIPE"]
 
@@ -231,13 +232,6 @@ def _translate_as_typed(config: TranslateConfig, loaded, stdin: TextIO, stdout: 
     except KeyboardInterrupt:
         print(file=sys.stderr)  # end the line ^C was echoed on
         return EXIT_INTERRUPTED
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (OSError, ValueError, AttributeError):  # closed or not a real stream
-        return False
 
 
 def _print_evaluation(result: dict, as_json: bool, stdout: TextIO) -> None:

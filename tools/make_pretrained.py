@@ -401,14 +401,21 @@ def outside_the_data(target: pathlib.Path, direction: str) -> dict:
     }
 
 
-def refresh_limitations(direction: str, *, out: pathlib.Path = OUT) -> dict:
-    """Rewrite only the card's ``limitations`` and ``outside_the_data`` for the shipped ``out/<direction>-small.pt``
-    (its SHA-256 must still be the card's); returns the card."""
+def shipped_card(direction: str, out: pathlib.Path) -> tuple[pathlib.Path, dict, pathlib.Path]:
+    """The card file, its contents and the shipped ``out/<direction>-small.pt`` it describes (its SHA-256 must
+    still be the card's)."""
     card_path = out / f"{direction}-small.json"
     card = json.loads(card_path.read_text())
     target = out / f"{direction}-small.pt"
     if sha256(target) != card["sha256"]:
         raise SystemExit(f"make_pretrained: {target} is not the file its card describes (SHA-256 differs)")
+    return card_path, card, target
+
+
+def refresh_limitations(direction: str, *, out: pathlib.Path = OUT) -> dict:
+    """Rewrite only the card's ``limitations`` and ``outside_the_data`` for the shipped ``out/<direction>-small.pt``
+    (its SHA-256 must still be the card's); returns the card."""
+    card_path, card, target = shipped_card(direction, out)
     card["limitations"] = LIMITATIONS
     card["outside_the_data"] = outside_the_data(target, direction)
     card_path.write_text(json.dumps(card, indent=2) + "\n")
@@ -419,11 +426,7 @@ def rescore(direction: str, data_dir: str | None, *, out: pathlib.Path = OUT) ->
     """Score the shipped ``out/<direction>-small.pt`` again (its SHA-256 must still be the card's) and rewrite its
     card's ``decoding``, ``scores`` and ``test``, with ``scoring_command``, ``scoring_date`` and ``scoring_hardware``
     (``hardware`` stays the packaging machine's); returns the card."""
-    card_path = out / f"{direction}-small.json"
-    card = json.loads(card_path.read_text())
-    target = out / f"{direction}-small.pt"
-    if sha256(target) != card["sha256"]:
-        raise SystemExit(f"make_pretrained: {target} is not the file its card describes (SHA-256 differs)")
+    card_path, card, target = shipped_card(direction, out)
     card["decoding"] = decoding()
     card["scores"] = score(target, direction, data_dir)
     card["test"] = card["scores"]["test_2016_flickr"]

@@ -315,11 +315,16 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     return [text.replace("\n", " ") for text in outputs]
 
 
-def _stderr_is_terminal() -> bool:
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (False for a file, a pipe, a closed or replaced stream)."""
     try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError, OSError):  # replaced or closed
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
         return False
+
+
+def _stderr_is_terminal() -> bool:
+    return _is_terminal(sys.stderr)
 
 
 def _usable_part(text: str, number: int, max_len: int) -> str:
