@@ -310,10 +310,10 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
         config = TranslateConfig(**given_options(args, TranslateConfig))
         given = _argument_lines(args.sentences, config.input)  # checked before the model is loaded
         loaded = load_for_inference(config.weights(), config.device)
-        search = config.search_options(loaded.checkpoint)
+        search = config.search_options(loaded.checkpoint, loaded.path)
         print(
             f"companion translate: using {describe_weights(loaded)}, beam {search['beam_size']}, alpha "
-            f"{search['alpha']:g} ({config.search_origin(loaded.checkpoint)})",
+            f"{search['alpha']:g} ({config.search_origin(loaded.checkpoint, loaded.path)})",
             file=sys.stderr,
         )
         if given is None and not config.input and stdin is not None and _is_terminal(stdin):

@@ -26,6 +26,7 @@ says where to put the file.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -40,7 +41,7 @@ import torch
 from ._version import __version__
 from .checkpoint import follow_umask, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from .data import Tokenizer
-from .decode import translate
+from .decode import PAPER_ALPHA, PAPER_BEAM_SIZE, translate
 from .devices import resolve_device
 from .errors import PretrainedUnavailableError
 from .model import Transformer
@@ -54,6 +55,7 @@ __all__ = [
     "load_pretrained",
     "pretrained_path",
     "shipped_direction",
+    "default_decoding",
 ]
 
 PRETRAINED_DIR_ENV = "COMPANION_PRETRAINED_DIR"
@@ -86,6 +88,7 @@ DIRECTIONS: dict[str, str] = {entry["direction"]: name for name, entry in PRETRA
 SHIPPED_BEAM_SIZE = 4
 SHIPPED_ALPHA = 2.0
 SHIPPED_DECODING = {"beam_size": SHIPPED_BEAM_SIZE, "alpha": SHIPPED_ALPHA}
+PAPER_DECODING = {"beam_size": PAPER_BEAM_SIZE, "alpha": PAPER_ALPHA}
 
 
 def _model_name(direction: str) -> str:
@@ -108,8 +111,8 @@ class PretrainedModel:
     language with ``decoding``'s beam size and length penalty unless given others (``beam_size=1`` is greedy
     search, ``alpha=0.6`` the paper's). ``decoding`` is the setting the checkpoint file records (``companion
     train`` and ``companion choose-alpha`` record the one chosen on validation, and ``companion translate`` uses
-    it too), else the shipped models' (beam ``SHIPPED_BEAM_SIZE``, length penalty ``SHIPPED_ALPHA``, chosen on
-    their validation split).
+    it too), else the shipped models' for a shipped model's file (beam ``SHIPPED_BEAM_SIZE``, length penalty
+    ``SHIPPED_ALPHA``, chosen on their validation split), else the paper's (:func:`default_decoding`).
     """
 
     model: Transformer
@@ -242,6 +245,38 @@ def shipped_direction(path: str | os.PathLike) -> str | None:
     return None
 
 
+def default_decoding(checkpoint: dict[str, Any], path: str | os.PathLike | None = None) -> tuple[dict[str, Any], str]:
+    """The beam size and length penalty to decode a loaded ``checkpoint`` with when the caller gives none, and where
+    they come from, in words: the setting the file records (``companion train`` and ``companion choose-alpha``
+    record the one chosen on a validation split); else, when ``path`` is a shipped model's file (its SHA-256,
+    wherever the copy lies), the shipped models' (``SHIPPED_DECODING``); else the paper's (beam 4, alpha 0.6).
+    ``load_pretrained`` and the ``translate``/``evaluate`` commands decide alike, so one file decodes the same way
+    however it is named."""
+    recorded = checkpoint.get("decoding")
+    if recorded:
+        setting = {"beam_size": recorded.get("beam_size", PAPER_BEAM_SIZE), "alpha": recorded.get("alpha", PAPER_ALPHA)}
+        return setting, f"chosen on {recorded.get('chosen_on', 'a held-out split')}, recorded in the checkpoint"
+    if path is not None and _is_shipped_file(Path(path)):
+        return dict(SHIPPED_DECODING), "the shipped models' setting"
+    return dict(PAPER_DECODING), "the paper's"
+
+
+def _is_shipped_file(path: Path) -> bool:
+    """Whether ``path`` holds byte for byte one of the shipped models (by its SHA-256)."""
+    shipped = {entry["sha256"] for entry in PRETRAINED_MODELS.values() if entry["sha256"]}
+    try:
+        found = path.resolve().stat()
+        return bool(shipped) and _file_sha256(str(path.resolve()), found.st_size, found.st_mtime_ns) in shipped
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """:func:`_sha256` of a file, computed once per file version (``size`` and ``mtime_ns`` name it)."""
+    return _sha256(Path(path))
+
+
 def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:
     """Where the shipped model for ``direction`` (``"de-en"`` or ``"en-de"``, or its name in
     ``PRETRAINED_MODELS``) is on this machine, downloading it first if allowed and needed.
@@ -285,8 +320,12 @@ def load_pretrained(
             else is a ValueError that lists the choices.
         path: a checkpoint file to load instead of searching (loaded as it is: its SHA-256 is not compared
             with the shipped file's, its content digest and entries are checked as for every checkpoint), e.g. a
-            run's ``averaged.pt``; ``translate`` then decodes with the setting the file records (``companion
-            train`` ends by choosing it on the validation split), else with the shipped models'.
+            run's ``averaged.pt``, or a run folder, read as ``companion translate --checkpoint`` reads one (its
+            ``averaged.pt`` when that is at least as new as its latest step checkpoint, else that checkpoint, with
+            a warning that says why: :func:`companion.runs.resolve_checkpoint`); ``translate`` then decodes with
+            the setting the file records (``companion train`` ends by choosing it on the validation split), else,
+            for a copy of a shipped model, with the shipped models', else with the paper's
+            (:func:`default_decoding`).
         device: where the model goes (eval mode): ``"cpu"``, ``"cuda[:N]"``, ``"mps"`` or ``"auto"``, resolved
             first (a :class:`~companion.errors.DeviceUnavailableError` when the backend is missing).
         download: allow fetching the file from the repository when no local copy exists.
@@ -297,11 +336,23 @@ def load_pretrained(
     """
     _model_name(direction)  # a bad direction is an error even when ``path`` is given
     target = resolve_device(device)
-    file = Path(path) if path is not None else pretrained_path(direction, download=download)
+    file = _checkpoint_file(path) if path is not None else pretrained_path(direction, download=download)
     checkpoint = load_checkpoint(file)
     model = model_from_checkpoint(checkpoint, device=target)
     src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)
     info = dict(checkpoint.get("run_info") or {})
     info.update(step=checkpoint.get("step"), averaged_from=checkpoint.get("averaged_from"))
-    decoding = dict(checkpoint.get("decoding") or SHIPPED_DECODING)  # checked by load_checkpoint when present
+    if path is None:  # a shipped file, checked by its SHA-256 in pretrained_path
+        decoding = dict(checkpoint.get("decoding") or SHIPPED_DECODING)
+    else:
+        decoding = default_decoding(checkpoint, file)[0]  # the entry is checked by load_checkpoint when present
     return PretrainedModel(model, src_tokenizer, tgt_tokenizer, file, info, decoding)
+
+
+def _checkpoint_file(path: str | os.PathLike) -> Path:
+    """``path`` itself, or the weights of the run folder it names (as ``companion translate --checkpoint``)."""
+    if not Path(path).is_dir():
+        return Path(path)  # load_checkpoint names a missing or unreadable file
+    from .runs.infer import resolve_checkpoint  # the run layer builds on this module: imported when needed
+
+    return resolve_checkpoint(path, name="path")

@@ -39,13 +39,23 @@ from .beam import (
     search_beam,
 )
 from .greedy import GreedyStepRecord, greedy_decode, greedy_tie_gap, search_greedy
-from .limits import MAX_ALPHA, MAX_BEAM_SIZE, check_search_inputs, length_penalty, max_output_lengths
+from .limits import (
+    MAX_ALPHA,
+    MAX_BEAM_SIZE,
+    PAPER_ALPHA,
+    PAPER_BEAM_SIZE,
+    check_search_inputs,
+    length_penalty,
+    max_output_lengths,
+)
 from .steps import CachedStep, DecoderStep, ModelStep, RecomputeStep, model_step
 from .translate import check_alphas, translate, translate_alphas, translate_ids, translate_ids_alphas
 
 __all__ = [
     "MAX_ALPHA",
     "MAX_BEAM_SIZE",
+    "PAPER_BEAM_SIZE",
+    "PAPER_ALPHA",
     "length_penalty",
     "max_output_lengths",
     "check_search_inputs",

@@ -11,6 +11,10 @@ from .._validation import check_id_list, check_integer, check_token_ids
 from ..data import BOS_ID, EOS_ID
 from ..model import Transformer
 
+# The paper's beam search (section 6.1): 4 beams, length penalty alpha 0.6. Used where a checkpoint records no
+# setting of its own (companion.pretrained.default_decoding).
+PAPER_BEAM_SIZE = 4
+PAPER_ALPHA = 0.6
 # The largest length-penalty alpha accepted (here and by the command line's --alpha): the paper tuned alpha in
 # [0.6, 1.0]; far above that the penalty ((5 + length) / 6) ** alpha only ever prefers the longest hypothesis
 # (and from alpha ~ 320 it overflows a float).

@@ -17,12 +17,12 @@ from .._validation import check_integer, check_number
 from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
 from ..data import DATA_DIR_ENV, MULTI30K_UNSEEN_TESTS
 from ..data.corpus import files_corpus
-from ..decode import MAX_ALPHA, MAX_BEAM_SIZE, translate
+from ..decode import MAX_ALPHA, MAX_BEAM_SIZE, PAPER_ALPHA, PAPER_BEAM_SIZE, translate
 from ..devices import keep_freed_memory, resolve_device
 from ..errors import ConfigError, DataError, RunError
 from ..evaluate import evaluate_translation, tokenized_bleu
 from ..options import check_declared, label, option
-from ..pretrained import DIRECTIONS, SHIPPED_ALPHA, SHIPPED_BEAM_SIZE, pretrained_path
+from ..pretrained import DIRECTIONS, SHIPPED_ALPHA, SHIPPED_BEAM_SIZE, default_decoding, pretrained_path
 from .config import DataConfig, RunConfig
 from .identity import evaluation_pairs
 
@@ -44,10 +44,6 @@ __all__ = [
 # batch x beam hypotheses with their caches and a score per vocabulary entry, so far larger values only exhaust
 # memory.
 MAX_BATCH_SIZE = 10000
-# The beam search of the paper (its section 6.1): the default where neither the command line nor the checkpoint
-# (companion choose-alpha) says otherwise, and except for the shipped models (SHIPPED_BEAM_SIZE, SHIPPED_ALPHA).
-PAPER_BEAM_SIZE = 4
-PAPER_ALPHA = 0.6
 # Characters read per token of the model's max_len before a long line is cut (a word or subword is far shorter).
 CHARACTERS_PER_TOKEN = 64
 
@@ -71,14 +67,14 @@ class _InferenceOptions:
     beam_size: int | None = option(
         None,
         f"beam width; 1 = greedy decoding (default: the checkpoint's recorded setting (companion choose-alpha), else "
-        f"{PAPER_BEAM_SIZE}, as in the paper; with --pretrained, {SHIPPED_BEAM_SIZE})",
+        f"{PAPER_BEAM_SIZE}, as in the paper; with --pretrained or a shipped model's file, {SHIPPED_BEAM_SIZE})",
         metavar="K",
     )
     alpha: float | None = option(
         None,
         f"length penalty alpha of beam search (default: the checkpoint's recorded setting, chosen on its validation "
-        f"split by companion choose-alpha, else {PAPER_ALPHA}, as in the paper; with --pretrained, {SHIPPED_ALPHA}, "
-        "the shipped models' setting chosen on their validation split)",
+        f"split by companion choose-alpha, else {PAPER_ALPHA}, as in the paper; with --pretrained or a shipped model's "
+        f"file, {SHIPPED_ALPHA}, the shipped models' setting chosen on their validation split)",
         metavar="A",
     )
     batch_size: int = option(64, "sentences decoded together (default: {default})", metavar="N")
@@ -118,29 +114,26 @@ class _InferenceOptions:
         assert self.checkpoint is not None
         return self.checkpoint
 
-    def search_options(self, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    def search_options(self, checkpoint: dict[str, Any], path: str | os.PathLike | None = None) -> dict[str, Any]:
         """The search's options as ``translate`` and ``evaluate_translation`` take them (beam, alpha, batch), for
-        the loaded ``checkpoint``: each of ``beam_size`` and ``alpha`` as given, else as the checkpoint's
-        ``decoding`` entry records it (``companion choose-alpha``), else the paper's."""
-        recorded = checkpoint.get("decoding") or {}
+        the loaded ``checkpoint`` (read from ``path``): each of ``beam_size`` and ``alpha`` as given, else as
+        :func:`companion.pretrained.default_decoding` decides (the setting the file records, else the shipped
+        models' for a shipped model's file, else the paper's)."""
+        default = default_decoding(checkpoint, path)[0]
         return {
-            "beam_size": self.beam_size if self.beam_size is not None else recorded.get("beam_size", PAPER_BEAM_SIZE),
-            "alpha": self.alpha if self.alpha is not None else recorded.get("alpha", PAPER_ALPHA),
+            "beam_size": self.beam_size if self.beam_size is not None else default["beam_size"],
+            "alpha": self.alpha if self.alpha is not None else default["alpha"],
             "batch_size": self.batch_size,
         }
 
-    def search_origin(self, checkpoint: dict[str, Any]) -> str:
+    def search_origin(self, checkpoint: dict[str, Any], path: str | os.PathLike | None = None) -> str:
         """Where the search's beam size and alpha come from, in words (for the commands' reports)."""
         if len(self._given) == 2:
             return "given"
         if self.pretrained is not None:
             source = "the shipped models' setting"
-        elif checkpoint.get("decoding"):
-            source = (
-                f"chosen on {checkpoint['decoding'].get('chosen_on', 'a held-out split')}, recorded in the checkpoint"
-            )
         else:
-            source = "the paper's"
+            source = default_decoding(checkpoint, path)[1]
         return f"{self._given[0]} given, the rest {source}" if self._given else source
 
 
@@ -192,32 +185,33 @@ def check_held_out_options(config: ScoringOptions) -> None:
         raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
 
 
-def resolve_checkpoint(path: str | os.PathLike) -> Path:
+def resolve_checkpoint(path: str | os.PathLike, *, name: str = "--checkpoint") -> Path:
     """A checkpoint file, or for a run folder its ``averaged.pt`` else its latest step checkpoint.
 
     A folder's ``averaged.pt`` is used only when it is at least as new as the latest step checkpoint (a run
     resumed and interrupted since leaves newer weights); otherwise, and when a run that averages checkpoints
-    ended before writing it, the latest step checkpoint is used with a warning that says why.
+    ended before writing it, the latest step checkpoint is used with a warning that says why. ``name`` is what
+    the errors call ``path`` (the command line's flag, or an argument's name in Python).
     """
     path = Path(path)
     if path.is_dir():
-        return _weights_of_run_folder(path)
+        return _weights_of_run_folder(path, name)
     if not path.exists():
-        raise RunError(f"--checkpoint {path} does not exist")
+        raise RunError(f"{name} {path} does not exist")
     if not path.is_file():
         raise RunError(
-            f"--checkpoint {path} is not a file (a device, a pipe or a socket?); pass a checkpoint file or a run folder"
+            f"{name} {path} is not a file (a device, a pipe or a socket?); pass a checkpoint file or a run folder"
         )
     return path
 
 
-def _weights_of_run_folder(folder: Path) -> Path:
+def _weights_of_run_folder(folder: Path, name: str) -> Path:
     averaged = folder / "averaged.pt"
     latest = latest_checkpoint(folder / "checkpoints") or latest_checkpoint(folder)
     if latest is None:
         if averaged.is_file():
             return averaged
-        raise RunError(f"--checkpoint {folder} is a folder without averaged.pt or checkpoints/step_*.pt")
+        raise RunError(f"{name} {folder} is a folder without averaged.pt or checkpoints/step_*.pt")
     if averaged.is_file():
         if averaged.stat().st_mtime_ns >= latest.stat().st_mtime_ns:
             return averaged
@@ -287,7 +281,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
     keep_freed_memory()  # companion._allocator: faster decoding steps on CPU
     if loaded is None:
         loaded = load_for_inference(config.weights(), config.device)
-    model, src_tok, tgt_tok, checkpoint, device, _ = loaded
+    model, src_tok, tgt_tok, checkpoint, device, weights = loaded
     for number, line in enumerate(lines, start=1):
         if not isinstance(line, str):
             raise RunError(f"translate: line {number} must be a str, got {type(line).__name__}")
@@ -306,7 +300,7 @@ def translate_run(config: TranslateConfig, lines: Sequence[str], *, loaded: Infe
             [_usable_part(lines[i].strip(), i + 1, model.config.max_len) for i in wanted],
             src_tok,
             tgt_tok,
-            **config.search_options(checkpoint),
+            **config.search_options(checkpoint, weights),
             device=device,
             progress=len(wanted) > config.batch_size and _stderr_is_terminal(),  # a long job at a terminal
         )
@@ -430,7 +424,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
     model, src_tok, tgt_tok, checkpoint, target, weights = loaded
     src, tgt, split, pairs = scoring_pairs(config, checkpoint, "evaluate")
     started = time.time()
-    search = config.search_options(checkpoint)
+    search = config.search_options(checkpoint, weights)
     result = evaluate_translation(model, pairs, src_tok, tgt_tok, **search, device=target, language=tgt)
     references = [t for _, t in pairs]
     tok_bleu, tok_signature = _tokenized_bleu(result["hypotheses"], references, tgt)
@@ -450,7 +444,7 @@ def evaluate_run(config: EvaluateConfig) -> dict[str, Any]:
         "sentences": len(pairs),
         "beam_size": search["beam_size"],
         "alpha": search["alpha"],
-        "decoding_from": config.search_origin(checkpoint),
+        "decoding_from": config.search_origin(checkpoint, weights),
         "checkpoint": str(weights),
         "weights": describe_weights(loaded),
         "step": checkpoint.get("step"),

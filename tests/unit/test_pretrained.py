@@ -327,7 +327,8 @@ def test_limitations_rewrites_only_its_two_fields_of_the_shipped_card(tmp_path, 
     assert {k: v for k, v in refreshed.items() if k not in ("limitations", "outside_the_data")} == card
     examples = refreshed["outside_the_data"]["examples"]
     loaded = companion.load_pretrained("de-en", path=shipped)
-    assert [e["translation"] for e in examples] == loaded.translate(list(tool.OUTSIDE_THE_DATA["de-en"]))
+    setting = {"beam_size": pretrained.SHIPPED_BEAM_SIZE, "alpha": pretrained.SHIPPED_ALPHA}
+    assert [e["translation"] for e in examples] == loaded.translate(list(tool.OUTSIDE_THE_DATA["de-en"]), **setting)
     shipped.write_bytes(shipped.read_bytes() + b"\0")
     with pytest.raises(SystemExit, match="SHA-256 differs"):
         tool.refresh_limitations("de-en", out=out)
@@ -453,7 +454,9 @@ def test_a_loaded_model_prints_as_one_line_and_checks_its_sentences(tiny_checkpo
     assert loaded.translate(("ein hund",), beam_size=1) == [loaded.translate("ein hund", beam_size=1)]
 
 
-def test_translate_decodes_with_the_setting_the_file_records_else_the_shipped_one(tiny_checkpoint, monkeypatch):
+def test_translate_decodes_with_the_recorded_setting_else_the_shipped_one_for_a_shipped_file_else_the_papers(
+    tiny_checkpoint, tmp_path, monkeypatch, shipped_as
+):
     from companion.checkpoint.load import record_decoding
 
     searches = []
@@ -464,16 +467,48 @@ def test_translate_decodes_with_the_setting_the_file_records_else_the_shipped_on
         return real_translate(*args, **kwargs)
 
     monkeypatch.setattr(pretrained, "translate", spy)
-    plain = companion.load_pretrained(path=tiny_checkpoint)
-    assert plain.decoding == {"beam_size": pretrained.SHIPPED_BEAM_SIZE, "alpha": pretrained.SHIPPED_ALPHA}
-    plain.translate("ein hund")
+    paper = {"beam_size": 4, "alpha": 0.6}
+    assert (pretrained.PAPER_BEAM_SIZE, pretrained.PAPER_ALPHA) == (4, 0.6)
+    own = companion.load_pretrained(path=tiny_checkpoint)  # a file of the user's: no record, not shipped
+    assert own.decoding == paper and pretrained.default_decoding({}, tiny_checkpoint) == (paper, "the paper's")
+    own.translate("ein hund")
+    copy = tmp_path / "elsewhere" / "model.pt"  # a shipped model's file under another name: the shipped setting
+    copy.parent.mkdir()
+    copy.write_bytes(tiny_checkpoint.read_bytes())
+    shipped_as(tiny_checkpoint)
+    shipped = companion.load_pretrained(path=copy)
+    assert shipped.decoding == {"beam_size": pretrained.SHIPPED_BEAM_SIZE, "alpha": pretrained.SHIPPED_ALPHA}
+    assert pretrained.default_decoding({}, copy)[1] == "the shipped models' setting"
+    shipped.translate("ein hund")
     record_decoding(tiny_checkpoint, {"beam_size": 3, "alpha": 1.5, "chosen_on": "the validation split"})
     chosen = companion.load_pretrained(path=tiny_checkpoint)  # what `companion train` leaves in a run's averaged.pt
     assert chosen.decoding["beam_size"] == 3 and chosen.decoding["alpha"] == 1.5
     assert "beam 3 alpha 1.5" in repr(chosen)
     chosen.translate("ein hund")
     chosen.translate("ein hund", beam_size=1, alpha=0.6)  # given values win
-    assert searches == [(pretrained.SHIPPED_BEAM_SIZE, pretrained.SHIPPED_ALPHA), (3, 1.5), (1, 0.6)]
+    assert searches == [(4, 0.6), (pretrained.SHIPPED_BEAM_SIZE, pretrained.SHIPPED_ALPHA), (3, 1.5), (1, 0.6)]
+
+
+def test_a_run_folder_loads_as_translate_reads_it(tiny_checkpoint, tmp_path):
+    """``path=RUN_FOLDER``: its averaged.pt when at least as new as its latest step checkpoint, else that
+    checkpoint (``companion.runs.resolve_checkpoint``); a folder holding neither is named."""
+    import os
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    step = run / "checkpoints" / "step_00000007.pt"
+    step.write_bytes(tiny_checkpoint.read_bytes())
+    assert companion.load_pretrained(path=run).path == step
+    averaged = run / "averaged.pt"
+    averaged.write_bytes(tiny_checkpoint.read_bytes())
+    assert companion.load_pretrained(path=run).path == averaged
+    stat = step.stat()
+    os.utime(averaged, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))  # older than the latest step
+    with pytest.warns(UserWarning, match=r"averaged\.pt is older than"):
+        assert companion.load_pretrained(path=run).path == step
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(companion.RunError, match=r"path .*empty is a folder without averaged\.pt or checkpoints"):
+        companion.load_pretrained(path=tmp_path / "empty")
 
 
 def test_languages_come_from_the_run_record_or_word_tokenizers(tiny_checkpoint):

@@ -394,6 +394,21 @@ def test_translate_with_a_shipped_model(direction, sentence, monkeypatch, capsys
     assert f"using {pretrained_path(direction)} (the average of" in captured.err
 
 
+def test_a_shipped_models_file_under_another_name_decodes_as_the_shipped_model(tmp_path, capsys):
+    """``--checkpoint COPY`` of a shipped file (same SHA-256) gets the shipped setting, as ``--pretrained`` and
+    ``load_pretrained(path=COPY)`` do; a file of the user's without a record gets the paper's."""
+    copy = tmp_path / "mine.pt"
+    copy.write_bytes(pretrained_path("de-en").read_bytes())
+    assert main(["translate", "--checkpoint", str(copy), "--device", "cpu", "Ein Hund läuft."]) == 0
+    captured = capsys.readouterr()
+    assert f"beam {SHIPPED_BEAM_SIZE}, alpha {SHIPPED_ALPHA:g} (the shipped models' setting)" in captured.err
+    assert captured.out == companion.load_pretrained("de-en").translate("Ein Hund läuft.") + "\n"
+    assert companion.load_pretrained(path=copy).decoding == {"beam_size": SHIPPED_BEAM_SIZE, "alpha": SHIPPED_ALPHA}
+    config = TranslateConfig(checkpoint=str(copy))
+    assert config.search_options({}, copy)["alpha"] == SHIPPED_ALPHA
+    assert config.search_options({})["alpha"] == PAPER_ALPHA  # no file named: nothing says it is a shipped one
+
+
 def test_evaluate_with_a_shipped_model_scores_its_direction(tmp_path, capsys):
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("A man rides a bike.\nTwo dogs play in the snow.\n", encoding="utf-8")
