@@ -141,7 +141,7 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
         # the searches' settings and limits, as companion.decode has them (search.js reads the limits from here)
         "decoding": {
             "max_extra_len": 50,
-            "beam_size": pretrained.decoding["beam_size"],  # the setting the checkpoint records, else the shipped one
+            "beam_size": pretrained.decoding["beam_size"],  # companion.pretrained.default_decoding
             "alpha": pretrained.decoding["alpha"],
             "max_alpha": MAX_ALPHA,
             "max_beam_size": MAX_BEAM_SIZE,
