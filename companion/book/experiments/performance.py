@@ -230,7 +230,7 @@ BREAKDOWN_LABELS = (
 
 
 def _label_modules(model: Transformer) -> list[torch.utils.hooks.RemovableHandle]:
-    """Forward hooks that wrap each part of ``model`` in a :func:`record_function` range named by its label."""
+    """Forward hooks that wrap each part of ``model`` in a ``record_function`` range named by its label."""
     labels: list[tuple[nn.Module, str]] = []
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
@@ -280,11 +280,11 @@ def step_breakdown(model: Transformer, step: Callable[[], object]) -> tuple[dict
     """Profile one call of ``step`` (a training step of ``model``): ``(seconds per label, step seconds)``.
 
     Forward operators are labelled by the part of the model that ran them (forward hooks open a
-    :func:`record_function` range per part; inside attention, the fused attention kernel is told apart from the
-    projections). Each backward node is given the label of the forward operator that created it (the profiler
+    ``torch.profiler.record_function`` range per part; inside attention, the fused attention kernel is told apart
+    from the projections). Each backward node is given the label of the forward operator that created it (the profiler
     records the same sequence number for both). The optimizer is the profiler's ``Optimizer.step`` range.
     Times are each top-level event's total CPU time; what no label claims is "other". The labels are
-    :data:`BREAKDOWN_LABELS`, every one present in the result (zero when nothing was attributed).
+    ``BREAKDOWN_LABELS``, every one present in the result (zero when nothing was attributed).
     """
     handles = _label_modules(model)
     try:
@@ -343,7 +343,8 @@ class Accelerator:
 
 
 H200_SXM = Accelerator("NVIDIA H200 SXM (datasheet: bf16 dense, HBM3e)", peak_flops=989e12, bandwidth=4.8e12)
-"""Dense bf16 Tensor Core rate (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity) and HBM3e bandwidth."""
+"""Dense bf16 Tensor Core rate (the datasheet's 1,979 TFLOP/s assume 2-of-4 structured sparsity) and HBM3e
+bandwidth."""
 
 
 @dataclass(frozen=True)
