@@ -39,7 +39,13 @@ from typing import Any, overload
 import torch
 
 from ._version import __version__
-from .checkpoint import follow_umask, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from .checkpoint import (
+    follow_umask,
+    load_checkpoint,
+    model_from_checkpoint,
+    run_weights,
+    tokenizers_from_checkpoint,
+)
 from .data import Tokenizer
 from .decode import PAPER_ALPHA, PAPER_BEAM_SIZE, translate
 from .devices import resolve_device
@@ -322,7 +328,7 @@ def load_pretrained(
             with the shipped file's, its content digest and entries are checked as for every checkpoint), e.g. a
             run's ``averaged.pt``, or a run folder, read as ``companion translate --checkpoint`` reads one (its
             ``averaged.pt`` when that is at least as new as its latest step checkpoint, else that checkpoint, with
-            a warning that says why: :func:`companion.runs.resolve_checkpoint`); ``translate`` then decodes with
+            a warning that says why: :func:`companion.checkpoint.run_weights`); ``translate`` then decodes with
             the setting the file records (``companion train`` ends by choosing it on the validation split), else,
             for a copy of a shipped model, with the shipped models', else with the paper's
             (:func:`default_decoding`).
@@ -353,6 +359,4 @@ def _checkpoint_file(path: str | os.PathLike) -> Path:
     """``path`` itself, or the weights of the run folder it names (as ``companion translate --checkpoint``)."""
     if not Path(path).is_dir():
         return Path(path)  # load_checkpoint names a missing or unreadable file
-    from .runs.infer import resolve_checkpoint  # the run layer builds on this module: imported when needed
-
-    return resolve_checkpoint(path, name="path")
+    return run_weights(path, name="path")

@@ -36,7 +36,14 @@ from __future__ import annotations
 
 from ..errors import CheckpointError as CheckpointError  # raised by every function here
 from .average import average_checkpoints
-from .files import atomic_save, checkpoint_path, latest_checkpoint, list_checkpoints, prune_checkpoints
+from .files import (
+    atomic_save,
+    checkpoint_path,
+    latest_checkpoint,
+    list_checkpoints,
+    prune_checkpoints,
+    run_weights,
+)
 from .files import follow_umask as follow_umask  # used by companion.pretrained
 from .load import (
     check_compatible,
@@ -65,6 +72,7 @@ __all__ = [
     "checkpoint_path",
     "list_checkpoints",
     "latest_checkpoint",
+    "run_weights",
     "latest_valid_checkpoint",
     "nonfinite_tensors",
     "prune_checkpoints",

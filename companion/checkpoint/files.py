@@ -1,5 +1,5 @@
 """Checkpoint files: atomic writes (temp file, fsync, ``os.replace``), the umask, and the folders of step
-checkpoints (naming, listing, pruning)."""
+checkpoints (naming, listing, pruning, the weights a run folder stands for)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import errno
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, RunError
 
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
@@ -149,6 +150,29 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     """The newest step checkpoint in ``folder`` (None if there is none)."""
     found = list_checkpoints(folder)
     return found[-1] if found else None
+
+
+def run_weights(folder: str | os.PathLike, *, name: str = "folder") -> Path:
+    """The weights a run folder stands for: its ``averaged.pt`` when that is at least as new as its latest step
+    checkpoint (in ``checkpoints/``, or in the folder itself), else that checkpoint, with a warning when an older
+    ``averaged.pt`` is passed over (a run resumed after averaging leaves newer weights). A
+    :class:`~companion.errors.RunError` that calls the folder ``name`` when it holds neither."""
+    folder = Path(folder)
+    averaged = folder / "averaged.pt"
+    latest = latest_checkpoint(folder / "checkpoints") or latest_checkpoint(folder)
+    if latest is None:
+        if averaged.is_file():
+            return averaged
+        raise RunError(f"{name} {folder} is a folder without averaged.pt or checkpoints/step_*.pt")
+    if averaged.is_file():
+        if averaged.stat().st_mtime_ns >= latest.stat().st_mtime_ns:
+            return averaged
+        warnings.warn(
+            f"{averaged} is older than {latest} (the run was resumed after averaging): using {latest.name}; "
+            f"'companion train --resume --out {folder}' to the end writes a new averaged.pt",
+            stacklevel=3,
+        )
+    return latest
 
 
 def prune_checkpoints(folder: str | os.PathLike, keep_last: int) -> list[Path]:

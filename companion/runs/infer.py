@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from .._validation import check_integer, check_number
-from ..checkpoint import latest_checkpoint, load_checkpoint, model_from_checkpoint, tokenizers_from_checkpoint
+from ..checkpoint import load_checkpoint, model_from_checkpoint, run_weights, tokenizers_from_checkpoint
 from ..data import DATA_DIR_ENV, MULTI30K_UNSEEN_TESTS
 from ..data.corpus import files_corpus
 from ..decode import MAX_ALPHA, MAX_BEAM_SIZE, PAPER_ALPHA, PAPER_BEAM_SIZE, translate
@@ -206,27 +206,16 @@ def resolve_checkpoint(path: str | os.PathLike, *, name: str = "--checkpoint") -
 
 
 def _weights_of_run_folder(folder: Path, name: str) -> Path:
-    averaged = folder / "averaged.pt"
-    latest = latest_checkpoint(folder / "checkpoints") or latest_checkpoint(folder)
-    if latest is None:
-        if averaged.is_file():
-            return averaged
-        raise RunError(f"{name} {folder} is a folder without averaged.pt or checkpoints/step_*.pt")
-    if averaged.is_file():
-        if averaged.stat().st_mtime_ns >= latest.stat().st_mtime_ns:
-            return averaged
-        warnings.warn(
-            f"{averaged} is older than {latest} (the run was resumed after averaging): using {latest.name}; "
-            f"'companion train --resume --out {folder}' to the end writes a new averaged.pt",
-            stacklevel=3,
-        )
-    elif _averages_checkpoints(folder):
+    """:func:`companion.checkpoint.run_weights`, with a warning when the run averages checkpoints but ended before
+    writing ``averaged.pt``."""
+    weights = run_weights(folder, name=name)
+    if weights.name != "averaged.pt" and not (folder / "averaged.pt").is_file() and _averages_checkpoints(folder):
         warnings.warn(
             f"{folder} has no averaged.pt although its run averages checkpoints (it ended before writing it): using "
-            f"{latest.name}; 'companion train --resume --out {folder}' writes averaged.pt",
+            f"{weights.name}; 'companion train --resume --out {folder}' writes averaged.pt",
             stacklevel=3,
         )
-    return latest
+    return weights
 
 
 def _averages_checkpoints(folder: Path) -> bool:
