@@ -426,6 +426,8 @@ class OnnxStep:
         return torch.from_numpy(logits)  # <pad>, <bos> at -inf in the graph
 
     def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        """See :class:`~companion.decode.DecoderStep`: keep rows ``rows [new_rows]`` of the cached keys/values (and
+        of the sources, unless ``same_sources``)."""
         index = rows.numpy()
         self.past_kv = self.past_kv[:, :, index]
         if not same_sources:

@@ -76,6 +76,7 @@ class PositionalEncoding(_AddPositions):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def table(self) -> torch.Tensor:
+        """The fixed sinusoidal table ``[max_len, d_model]``."""
         return self.pe
 
 
@@ -97,4 +98,5 @@ class LearnedPositionalEncoding(_AddPositions):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * self.init_std)
 
     def table(self) -> torch.Tensor:
+        """The learned table ``[max_len, d_model]`` (a parameter)."""
         return self.weight

@@ -55,6 +55,7 @@ class ModelStep:
         raise NotImplementedError
 
     def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        """See :meth:`DecoderStep.select`: keep rows ``rows [new_rows]`` of everything kept per row."""
         if not same_sources:
             self.memory, self.src_mask = self.memory[rows], self.src_mask[rows]
 
@@ -72,6 +73,8 @@ class CachedStep(ModelStep):
         return _never_generated(logits[:, -1], self.model.config.pad_id, self.bos_id)
 
     def select(self, rows: torch.Tensor, *, same_sources: bool = False) -> None:
+        """See :meth:`DecoderStep.select`; the key/value cache's rows move too (its cross-attention part only when
+        the sources change)."""
         self.cache.reorder(rows, include_cross=not same_sources)  # cross-attention keys depend on the source only
         super().select(rows, same_sources=same_sources)
 

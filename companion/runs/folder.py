@@ -37,6 +37,7 @@ class RunFolder:
     lock: RunFolderLock | None
 
     def release(self) -> None:
+        """Release the folder's lock, if this run holds it."""
         if self.lock is not None:
             self.lock.release()
 

@@ -67,6 +67,7 @@ class RunFolderLock:
         self.release()
 
     def acquire(self) -> None:
+        """Take the lock, or raise :class:`~companion.errors.RunLockedError` naming the run that holds it."""
         if fcntl is None:
             self._acquire_by_pid()
             return
