@@ -229,7 +229,7 @@ def _download(name: str, entry: dict[str, str]) -> Path:
 
 def _check_shipped(path: Path, entry: dict[str, str]) -> None:
     """Refuse a copy of the shipped file that is not byte for byte the shipped file."""
-    found = _sha256(path)
+    found = _file_digest(path)
     if entry["sha256"] and found != entry["sha256"]:
         raise PretrainedUnavailableError(
             f"{path} is not the shipped {entry['file']}: its SHA-256 is {found}, the shipped file's is "
@@ -271,10 +271,17 @@ def _is_shipped_file(path: Path) -> bool:
     """Whether ``path`` holds byte for byte one of the shipped models (by its SHA-256)."""
     shipped = {entry["sha256"] for entry in PRETRAINED_MODELS.values() if entry["sha256"]}
     try:
-        found = path.resolve().stat()
-        return bool(shipped) and _file_sha256(str(path.resolve()), found.st_size, found.st_mtime_ns) in shipped
+        return bool(shipped) and _file_digest(path) in shipped
     except OSError:
         return False
+
+
+def _file_digest(path: Path) -> str:
+    """:func:`_sha256` of the file at ``path``, computed once per file version (the shipped file is checked where
+    it is found, then recognised when its decoding setting is chosen)."""
+    found = path.resolve()
+    version = found.stat()
+    return _file_sha256(str(found), version.st_size, version.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=8)
@@ -348,10 +355,7 @@ def load_pretrained(
     src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(checkpoint)
     info = dict(checkpoint.get("run_info") or {})
     info.update(step=checkpoint.get("step"), averaged_from=checkpoint.get("averaged_from"))
-    if path is None:  # a shipped file, checked by its SHA-256 in pretrained_path
-        decoding = dict(checkpoint.get("decoding") or SHIPPED_DECODING)
-    else:
-        decoding = default_decoding(checkpoint, file)[0]  # the entry is checked by load_checkpoint when present
+    decoding = default_decoding(checkpoint, file)[0]  # the entry is checked by load_checkpoint when present
     return PretrainedModel(model, src_tokenizer, tgt_tokenizer, file, info, decoding)
 
 
