@@ -185,30 +185,29 @@ def check_held_out_options(config: ScoringOptions) -> None:
         raise ConfigError("--data-dir names a corpus split; with --src-file/--ref-file give neither")
 
 
-def resolve_checkpoint(path: str | os.PathLike, *, name: str = "--checkpoint") -> Path:
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A checkpoint file, or for a run folder its ``averaged.pt`` else its latest step checkpoint.
 
     A folder's ``averaged.pt`` is used only when it is at least as new as the latest step checkpoint (a run
     resumed and interrupted since leaves newer weights); otherwise, and when a run that averages checkpoints
-    ended before writing it, the latest step checkpoint is used with a warning that says why. ``name`` is what
-    the errors call ``path`` (the command line's flag, or an argument's name in Python).
+    ended before writing it, the latest step checkpoint is used with a warning that says why.
     """
     path = Path(path)
     if path.is_dir():
-        return _weights_of_run_folder(path, name)
+        return _weights_of_run_folder(path)
     if not path.exists():
-        raise RunError(f"{name} {path} does not exist")
+        raise RunError(f"--checkpoint {path} does not exist")
     if not path.is_file():
         raise RunError(
-            f"{name} {path} is not a file (a device, a pipe or a socket?); pass a checkpoint file or a run folder"
+            f"--checkpoint {path} is not a file (a device, a pipe or a socket?); pass a checkpoint file or a run folder"
         )
     return path
 
 
-def _weights_of_run_folder(folder: Path, name: str) -> Path:
+def _weights_of_run_folder(folder: Path) -> Path:
     """:func:`companion.checkpoint.run_weights`, with a warning when the run averages checkpoints but ended before
     writing ``averaged.pt``."""
-    weights = run_weights(folder, name=name)
+    weights = run_weights(folder, name="--checkpoint")
     if weights.name != "averaged.pt" and not (folder / "averaged.pt").is_file() and _averages_checkpoints(folder):
         warnings.warn(
             f"{folder} has no averaged.pt although its run averages checkpoints (it ended before writing it): using "
