@@ -3,7 +3,8 @@
 Usage (from the repository root, virtual environment active)::
 
     python tools/build_translator.py            # writes book/_generated/translator/
-    python tools/build_translator.py --checkpoint en-de=/tmp/run/model.pt   # another checkpoint for a direction
+    python tools/build_translator.py --checkpoint en-de=/tmp/run/averaged.pt   # another checkpoint for a direction
+    python tools/build_translator.py --checkpoint en-de=/tmp/run                # a run folder, read as translate does
 
 The folder is served as ``_static/translator/`` on every page (``html_static_path`` in ``_config.yml``) and
 holds everything the translator needs, so the page loads nothing from another host:
@@ -13,7 +14,9 @@ holds everything the translator needs, so the page loads nothing from another ho
 - per direction, a folder ``de-en/``, ``en-de/`` with ``encoder.onnx`` and ``decoder.onnx`` (the model exported
   by :func:`companion.export.export_onnx`: the encoder, and one decoder step with a key/value cache) and
   ``model.json``: the model card (data, size, test BLEU with sacreBLEU signatures, training command, the
-  Multi30k terms), the decoding settings, both tokenizers (``Tokenizer.to_dict()``; for a word tokenizer also
+  Multi30k terms: from the card beside a shipped model; a checkpoint of your own without one gets its size and
+  files only), the decoding settings (the ones :func:`companion.load_pretrained` decodes the file with, which the
+  page must be able to offer), both tokenizers (``Tokenizer.to_dict()``; for a word tokenizer also
   spaCy's rules of the source language, for the page's tokenizer), and example sentences (the first
   ``--examples`` source sentences of test_2016_flickr);
 - the page's scripts and stylesheet (copied from ``web/translator/``);
@@ -64,21 +67,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="DIRECTION=PATH",
-        help="a checkpoint to export for a direction instead of its shipped model (repeatable), e.g. en-de=model.pt",
+        help="a checkpoint file or run folder to export for a direction instead of its shipped model (repeatable), "
+        "e.g. en-de=runs/my-en-de",
     )
     return parser.parse_args(argv)
 
 
 def parse_checkpoints(values: list[str]) -> dict[str, pathlib.Path]:
-    """``["en-de=PATH", ...]`` -> ``{"en-de": PATH}``; a direction outside DIRECTIONS or a missing file stops."""
+    """``["en-de=PATH", ...]`` -> ``{"en-de": PATH}`` (a checkpoint file or a run folder); a direction outside
+    DIRECTIONS or a missing path stops."""
     known = [direction for direction, _, _ in DIRECTIONS]
     checkpoints = {}
     for value in values:
         direction, sep, path = value.partition("=")
         if not sep or direction not in known or not path:
             raise SystemExit(f"--checkpoint must be DIRECTION=PATH with DIRECTION one of {known}, got {value!r}")
-        if not pathlib.Path(path).is_file():
-            raise SystemExit(f"--checkpoint {direction}: no file at {path}")
+        if not pathlib.Path(path).exists():
+            raise SystemExit(f"--checkpoint {direction}: no checkpoint file or run folder at {path}")
         checkpoints[direction] = pathlib.Path(path)
     return checkpoints
 
@@ -97,11 +102,15 @@ def check_runtime_files() -> None:
 
 
 def model_card(pretrained, onnx_bytes: dict[str, int]) -> dict:
-    """What the page says about the model: the shipped card's facts plus the exported files' sizes."""
-    card = json.loads(pretrained.path.with_suffix(".json").read_text(encoding="utf-8"))
-    facts = {key: card[key] for key in CARD_KEYS if key in card}
+    """What the page says about the model: the card's facts (the ``.json`` beside a shipped model; a checkpoint
+    without one has none, and the page leaves those rows out) plus the model's size and the exported files'."""
+    card_file = pretrained.path.with_suffix(".json")
+    card = json.loads(card_file.read_text(encoding="utf-8")) if card_file.is_file() else {}
+    facts = {key: card[key] for key in (*CARD_KEYS, "test") if key in card}
+    facts.setdefault("name", pretrained.path.name)
+    facts.setdefault("task", "translation, {} -> {}".format(*pretrained.languages))
+    facts.setdefault("data", "not recorded (a checkpoint without a model card)")
     facts["parameters"] = pretrained.model.num_parameters()
-    facts["test"] = card["test"]
     facts["checkpoint_bytes"] = pretrained.path.stat().st_size
     path = pretrained.path.resolve()
     facts["checkpoint_file"] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
@@ -113,9 +122,11 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
     from companion.data.spacy_export import spacy_tokenizer_rules
     from companion.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, WordTokenizer
     from companion.decode import MAX_ALPHA
+    from companion.decode.limits import _MAX_EXTRA_LEN
 
     config = pretrained.model.config
     source, target = pretrained.languages
+    check_decoding(pretrained.decoding, direction)
     record = {
         "direction": {
             "id": direction,
@@ -140,7 +151,7 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
         },
         # the searches' settings and limits, as companion.decode has them (search.js reads the limits from here)
         "decoding": {
-            "max_extra_len": 50,
+            "max_extra_len": _MAX_EXTRA_LEN,
             "beam_size": pretrained.decoding["beam_size"],  # companion.pretrained.default_decoding
             "alpha": pretrained.decoding["alpha"],
             "max_alpha": MAX_ALPHA,
@@ -153,6 +164,17 @@ def model_json(pretrained, onnx_bytes: dict[str, int], examples: list[str], dire
     if isinstance(pretrained.src_tokenizer, WordTokenizer):  # a subword tokenizer needs no spaCy rules
         record["src_rules"] = spacy_tokenizer_rules(source)
     return record
+
+
+def check_decoding(decoding: dict, direction: str) -> None:
+    """Stop when the page could not decode as the checkpoint says (a beam wider than the page offers): the page
+    would otherwise refuse every default translation. (Any alpha the checkpoint records is within ``MAX_ALPHA``,
+    which the page accepts; its slider widens to reach it.)"""
+    if decoding["beam_size"] > MAX_BEAM_SIZE:
+        raise SystemExit(
+            f"build_translator: the {direction} checkpoint decodes with beam size {decoding['beam_size']}, wider than "
+            f"the page's widest beam ({MAX_BEAM_SIZE}); record a narrower one (companion choose-alpha --beam-size N)"
+        )
 
 
 def build_direction(folder: pathlib.Path, direction: str, source: str, target: str, n_examples: int, data_dir, path):

@@ -11,10 +11,13 @@ the decoder graph's key/value cache; these tests check it against `companion` it
 * the direction switch gives the other direction's examples, labels and translations;
 * the heatmaps render with one row and column per token, and the colour of every cell is matplotlib's viridis
   colour of the weight PyTorch computes for that cell (teacher-forced on the page's output);
-* an empty box, unknown words, a source past max_len and non-Latin letters each give their message and the
-  Python result; a model file that fails to load gives a message, not a silent hang;
+* an empty box (empty as the tokenizer sees it), unknown words, a source past max_len and non-Latin letters each
+  give their message and the Python result; a model file that fails to load gives a message, not a silent hang;
+* overlapping actions: the latest translation wins (a result of the direction left, or of a translation overtaken
+  by a picked test sentence, is never shown); heatmap controls keep the keyboard focus when their figure redraws;
 * the time to the first translation and the per-sentence latencies are measured and reported
-  (artifacts/translator_latency.json and the terminal), never asserted against a bound.
+  (artifacts/translator_latency.json and the terminal), never asserted against a bound; the page's own
+  first-translation figure leaves out the time the loaded model waited for the reader.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import pytest
 from _pages import guard_page
 
 from companion.data.tokenizers import SubwordTokenizer
+from companion.errors import DataUnavailableError
 from companion.pretrained import SHIPPED_ALPHA, SHIPPED_BEAM_SIZE
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -115,7 +119,7 @@ def direction_sentences(references) -> dict[str, list[str]]:
         source, target = direction.split("-")
         try:
             pairs = load_multi30k(source, target)["test"]
-        except Exception as error:  # offline without COMPANION_DATA_DIR
+        except DataUnavailableError as error:  # offline without COMPANION_DATA_DIR
             pytest.skip(f"Multi30k is not available: {error}")
         sentences[direction] = spread_sentences(references[direction], [src for src, _ in pairs])
     return sentences
@@ -598,4 +602,145 @@ def test_time_to_first_translation_is_reported(browser, site_url, test_sentences
     }
     assert shown.count() == 1
     page.assert_clean()
+    context.close()
+
+
+def _wait_for_pending_translations(page, direction: str) -> None:
+    """Resolve once every translation queued before this call has finished (the page runs one at a time, in
+    order: a translation queued now starts after them)."""
+    page.evaluate("(d) => CompanionTranslator.translate('Ein Hund.', {direction: d, beamSize: 1})", direction)
+
+
+def test_a_result_of_the_direction_left_is_dropped(browser, site_url, model_jsons):
+    """Switching direction while a translation runs: its result, progress and state are not shown under the new
+    direction's labels, and the Translate button is usable again."""
+    context = browser.new_context()
+    translator = TranslatorPage(context, f"{site_url}/{PAGE}").open()
+    translator.wait_until_ready()
+    page, other = translator.page, DIRECTIONS[1]
+    page.evaluate(
+        """(other) => {
+            const app = document.querySelector('.translator-app');
+            app.querySelector('.tr-input').value = 'Ein Hund rennt über eine Wiese.';
+            app.querySelector('.tr-beam').checked = true;
+            app.querySelector('.tr-translate').click();
+            const select = app.querySelector('.tr-direction');
+            select.value = other;
+            select.dispatchEvent(new Event('change'));
+        }""",
+        other,
+    )
+    _wait_for_pending_translations(page, DIRECTIONS[0])
+    page.wait_for_function("!document.querySelector('.translator-app').dataset.state", timeout=TIMEOUT_MS)
+    app = page.locator(".translator-app")
+    assert page.evaluate("CompanionTranslator.apps[0].result") is None
+    assert app.locator(".tr-result").is_hidden()
+    assert app.locator(".tr-input").input_value() == ""
+    assert app.locator(".tr-label").inner_text() == f"{model_jsons[other]['direction']['source_name']} sentence"
+    assert app.locator(".tr-translate").is_enabled()
+    assert app.locator(".tr-status").get_attribute("aria-busy") is None
+    assert "translated" not in app.locator(".tr-status").inner_text()
+    translator.assert_clean()
+    context.close()
+
+
+def test_the_latest_of_two_overlapping_translations_is_shown(browser, site_url, references):
+    """Picking a test sentence while a translation runs starts a new one; the page ends in "done" once, with the
+    new one's result, and the button stays disabled until then (an observer records every "done" the page
+    reaches, with the result shown and the button's state at that moment)."""
+    context = browser.new_context()
+    translator = TranslatorPage(context, f"{site_url}/{PAGE}").open()
+    translator.wait_until_ready()
+    page = translator.page
+    page.wait_for_function("!document.querySelector('.translator-app .tr-examples').disabled", timeout=TIMEOUT_MS)
+    example = page.eval_on_selector_all(".translator-app .tr-examples option", "os => os.map(o => o.value)")[3]
+    page.evaluate(
+        """(example) => {
+            const app = document.querySelector('.translator-app');
+            window.doneEvents = [];
+            new MutationObserver(() => {
+                if (app.dataset.state !== 'done') return;
+                window.doneEvents.push({sourceIds: CompanionTranslator.apps[0].result.sourceIds,
+                                        buttonDisabled: app.querySelector('.tr-translate').disabled});
+            }).observe(app, {attributes: true, attributeFilter: ['data-state']});
+            app.querySelector('.tr-input').value = 'Zwei Männer stehen neben einem roten Auto auf der Straße.';
+            app.querySelector('.tr-translate').click();
+            const examples = app.querySelector('.tr-examples');
+            examples.value = example;
+            examples.dispatchEvent(new Event('change'));
+        }""",
+        example,
+    )
+    _wait_for_pending_translations(page, DIRECTIONS[0])
+    page.wait_for_function("document.querySelector('.translator-app').dataset.state === 'done'", timeout=TIMEOUT_MS)
+    reference = references[DIRECTIONS[0]]
+    ids, _ = python_source_ids(reference, example)
+    assert page.evaluate("window.doneEvents") == [{"sourceIds": ids, "buttonDisabled": False}]
+    expected = reference.tgt_tokenizer.decode(python_decode(reference, ids, SHIPPED_BEAM_SIZE, SHIPPED_ALPHA))
+    assert page.locator(".translator-app .tr-output-text").inner_text() == expected
+    assert page.locator(".translator-app .tr-status").inner_text().startswith("translated with")
+    translator.assert_clean()
+    context.close()
+
+
+def test_heatmap_controls_keep_keyboard_focus(translator, test_sentences):
+    """Changing a heatmap's layer or head with the keyboard redraws the figure and leaves the focus on the control,
+    so the next key goes on changing it."""
+    translator.ui_translate(test_sentences[4], greedy=True)
+    page = translator.page
+    for selector in (".tr-enc-layer", ".tr-enc-head", ".tr-cross-layer"):
+        control = page.locator(f".translator-app {selector}")
+        control.focus()
+        before = control.input_value()
+        page.keyboard.press("ArrowDown" if selector != ".tr-cross-layer" else "ArrowUp")
+        assert control.input_value() != before, selector
+        assert page.evaluate(f"document.activeElement.matches('{selector}')"), selector
+    first_map = page.locator(".translator-app .tr-encoder canvas.tr-heatmap").first
+    assert first_map.get_attribute("data-name").startswith("encoder-l1-")  # the figure was redrawn for layer 1
+    translator.assert_clean()
+
+
+def test_text_without_source_tokens_is_empty(translator, reference):
+    """Empty is decided by the tokenizer: a character that String.trim keeps but the tokenizer drops as white
+    space (U+0085) gives the empty-box error, not a translation of <eos> alone."""
+    assert reference.src_tokenizer.encode("\u0085 \u0085") == []  # Python's tokenizer agrees: no token
+    error = translator.page.evaluate(
+        "CompanionTranslator.translate('\\u0085 \\u0085').then(() => null, (e) => e.message)"
+    )
+    assert error is not None and "empty" in error
+    translator.ui_translate("\u0085", greedy=True)
+    assert translator.page.get_attribute(".translator-app", "data-state") == "empty"
+    translator.assert_clean()
+
+
+def test_source_labels_name_eos_only_where_it_is(translator, reference):
+    """translateIds labels a position <eos> only where the id is <eos> (its source need not end with one)."""
+    ids = reference.src_tokenizer.encode("Ein Hund rennt.")
+    labels = translator.page.evaluate(
+        "(ids) => CompanionTranslator.translateIds(ids, {beamSize: 1}).then((r) => r.sourceTokens)", ids
+    )
+    assert "<eos>" not in labels and len(labels) == len(ids)
+    eos_labels = translator.page.evaluate(
+        "(ids) => CompanionTranslator.translateIds(ids, {beamSize: 1}).then((r) => r.sourceTokens)",
+        ids + [reference.src_tokenizer.eos_id],
+    )
+    assert eos_labels[-1] == "<eos>" and eos_labels[:-1] == labels
+    translator.assert_clean()
+
+
+def test_time_to_first_translation_leaves_out_the_readers_idle_time(browser, site_url):
+    """The first translation's reported time counts loading and translating, not the time the loaded model
+    waited for the reader to press Translate."""
+    context = browser.new_context()
+    translator = TranslatorPage(context, f"{site_url}/{PAGE}").open()
+    translator.wait_until_ready()
+    translator.page.wait_for_timeout(1500)  # the reader reads before asking
+    (first,) = translator.translate([{"text": "Ein Hund rennt.", "beamSize": 1, "alpha": 0.0}])
+    timings = first["timings"]
+    since_load = translator.page.evaluate("performance.now()") - translator.page.evaluate(
+        "performance.getEntriesByType('navigation')[0].domContentLoadedEventStart"
+    )
+    assert timings["firstTranslationMs"] <= timings["modelLoadMs"] + timings["totalMs"] + 1.0
+    assert since_load > timings["firstTranslationMs"] + 1000  # the idle wait is not in it
+    translator.assert_clean()
     context.close()

@@ -418,7 +418,8 @@
     const { search } = decoded;
     const outputTokens = search.ids.map(rt.tokenizers.tgtToken);
     const rowTokens = search.endedWithEos ? outputTokens.concat(["<eos>"]) : outputTokens.slice();
-    const srcLabels = src.map((id, i) => (i === src.length - 1 ? "<eos>" : sourceTokens[i]));
+    const eos = rt.config.eos_id;
+    const srcLabels = src.map((id, i) => (i === src.length - 1 && id === eos ? "<eos>" : sourceTokens[i]));
     const unknownSourceTokens = [];
     const nonLatinTokens = [];
     src.forEach((id, i) => {
@@ -427,7 +428,11 @@
       if (NON_LATIN.test(srcLabels[i])) nonLatinTokens.push({ index: i, token: srcLabels[i] });
     });
     const totalMs = performance.now() - started;
-    if (firstTranslationMs === null && loadStartedAt !== null) firstTranslationMs = performance.now() - loadStartedAt;
+    if (firstTranslationMs === null && loadStartedAt !== null) {
+      // From the start of loading to this result, less the time the loaded model waited for the reader to ask.
+      const idle = Math.max(0, started - (rt.started + rt.loadMs));
+      firstTranslationMs = performance.now() - loadStartedAt - idle;
+    }
     return {
       direction: rt.direction,
       ids: search.ids,
@@ -465,13 +470,15 @@
   async function translate(text, options) {
     if (typeof text !== "string") throw new TypeError(`text must be a string, got ${typeof text}`);
     const rt = await loadRuntime(options && options.direction);
-    if (!text.trim()) {
+    const opts = checkSearchOptions(options || {}, rt.info.decoding);
+    // Empty means no source token, as the tokenizer sees it (it and String.trim disagree on a few characters:
+    // U+0085 is white space to the tokenizer only, U+FEFF to trim only).
+    const tokens = rt.tokenizers.tokenize(text);
+    if (tokens.length === 0) {
       throw new EmptyInputError(`the text is empty: type a ${rt.info.direction.source_name} sentence or pick an example`);
     }
-    const opts = checkSearchOptions(options || {}, rt.info.decoding);
     return exclusive(async () => {
       const started = performance.now();
-      const tokens = rt.tokenizers.tokenize(text);
       const { ids, truncated, fullLength } = sourceIds(rt.tokenizers.tokensToIds(tokens), rt.config);
       const decoded = await decodeIds(rt, ids, opts.beamSize, opts.alpha, options && options.onProgress);
       return describe(rt, ids, tokens, truncated, fullLength, decoded, opts, started);
@@ -537,16 +544,24 @@
       this.result = null;
       this.selected = 0;
       this.direction = null; // manifest.json's default until the manifest has loaded
+      this.runId = 0; // the latest translation started by the page (or the latest direction switch)
       this.build();
       const autoload = root.dataset.autoload ? root.dataset.autoload === "true" : !this.compact;
-      const ready = loadManifest().then((manifest) => {
-        this.showDirections(manifest);
-        return loadModelInfo(this.direction);
-      });
-      ready.then(
-        (info) => this.showInfo(info),
-        (error) => this.showLoadError(error)
+      const ready = loadManifest().then(
+        (manifest) => {
+          this.showDirections(manifest);
+          const direction = this.direction;
+          return this.loadInfo(direction).catch((error) => {
+            this.loadFailed(direction, error);
+            throw error;
+          });
+        },
+        (error) => {
+          this.showLoadError(error);
+          throw error;
+        }
       );
+      ready.catch(() => undefined); // shown by the handlers above
       if (autoload) ready.then(() => this.preload(), () => undefined);
       else {
         const once = () => {
@@ -672,11 +687,26 @@
       this.directionSelect.disabled = manifest.directions.length < 2;
     }
 
+    /** Load model.json of ``direction`` and show it, unless the reader has switched to another direction by then. */
+    loadInfo(direction) {
+      return loadModelInfo(direction).then((info) => {
+        if (this.direction === direction) this.showInfo(info);
+      });
+    }
+
+    /** Show a load error of ``direction``, unless the reader has left that direction. */
+    loadFailed(direction, error) {
+      if (direction === this.direction) this.showLoadError(error);
+    }
+
     /** Switch the app to another direction: its examples, labels and model (loaded now), the result cleared. */
     switchDirection(direction) {
       if (!direction || direction === this.direction) return;
       this.direction = direction;
       this.directionSelect.value = direction;
+      this.runId += 1; // a translation still running belongs to the other direction: its result is dropped
+      this.button.disabled = false;
+      this.status.removeAttribute("aria-busy");
       this.result = null;
       this.resultBox.hidden = true;
       this.resultBox.replaceChildren();
@@ -684,12 +714,7 @@
       this.input.value = "";
       this.examples.disabled = true;
       this.root.dataset.state = "switching";
-      loadModelInfo(direction).then(
-        (info) => {
-          if (this.direction === direction) this.showInfo(info);
-        },
-        (error) => this.showLoadError(error)
-      );
+      this.loadInfo(direction).catch((error) => this.loadFailed(direction, error));
       this.preload();
     }
 
@@ -700,6 +725,7 @@
       this.input.lang = names.source;
       this.beamSize.max = info.decoding.max_beam_size;
       this.beamSize.value = info.decoding.beam_size;
+      this.alpha.max = Math.max(ALPHA_SLIDER_MAX, info.decoding.alpha); // a recorded alpha above 3 stays reachable
       this.alpha.value = info.decoding.alpha;
       this.alphaValue.textContent = Number(info.decoding.alpha).toFixed(2);
       this.examples.replaceChildren(
@@ -718,11 +744,12 @@
         (rt) => {
           if (direction !== this.direction) return;
           if (this.root.dataset.state === "switching") delete this.root.dataset.state;
-          if (!this.result && this.status.dataset.kind === "busy") {
+          const translating = this.root.dataset.state === "translating";
+          if (!this.result && !translating && this.status.dataset.kind === "busy") {
             this.setStatus(`model ready (loaded in ${formatMs(rt.loadMs)})`, "ready");
           }
         },
-        (error) => this.showLoadError(error)
+        (error) => this.loadFailed(direction, error)
       );
     }
 
@@ -744,12 +771,10 @@
     async run() {
       this.messages.replaceChildren();
       const text = this.input.value;
-      if (!text.trim()) {
-        const language = this.info ? this.info.direction.source_name : "source";
-        this.setStatus(`The box is empty: type a ${language} sentence or pick one of the test sentences.`, "warning");
-        this.root.dataset.state = "empty";
+      if (text === "") {
+        this.showEmpty();
         return;
-      }
+      } // white space alone: translate() says so, by the tokenizer's rule of what white space is
       let options;
       try {
         options = this.options();
@@ -758,28 +783,45 @@
         this.root.dataset.state = "bad-options";
         return;
       }
+      // The latest run wins: a test sentence picked, or the direction switched, while this one runs makes its
+      // result (and its progress and errors) stale; only the latest run re-enables the button.
+      const runId = ++this.runId;
+      const current = () => runId === this.runId;
       this.button.disabled = true;
       this.root.dataset.state = "translating";
+      this.status.setAttribute("aria-busy", "true"); // screen readers hear the result, not every decoding step
       const loaded = runtimePromises.has(this.direction);
       this.setStatus(loaded ? "translating…" : "loading the model, then translating…", "busy");
       try {
         const onProgress = (ids) => {
-          if (!this.info || !globalThis.CompanionTokenizer) return;
+          if (!current() || !this.info || !globalThis.CompanionTokenizer) return;
           const partial = globalThis.CompanionTokenizer.decode(ids, this.info.tgt_tokenizer);
           this.setStatus(`translating\u2026 ${partial}`, "busy");
         };
         const result = await translate(text, Object.assign({ onProgress, direction: this.direction }, options));
+        if (!current()) return;
         this.show(result);
         this.root.dataset.state = "done";
       } catch (error) {
+        if (!current()) return;
         if (error instanceof LoadError) this.showLoadError(error);
+        else if (error instanceof EmptyInputError) this.showEmpty();
         else {
           this.setStatus(`Translation failed: ${error.message}`, "error");
           this.root.dataset.state = "error";
         }
       } finally {
-        this.button.disabled = false;
+        if (current()) {
+          this.button.disabled = false;
+          this.status.removeAttribute("aria-busy");
+        }
       }
+    }
+
+    showEmpty() {
+      const language = this.info ? this.info.direction.source_name : "source";
+      this.setStatus(`The box is empty: type a ${language} sentence or pick one of the test sentences.`, "warning");
+      this.root.dataset.state = "empty";
     }
 
     message(kind, children) {
@@ -824,7 +866,7 @@
       }
       const source = h(
         "div",
-        { class: "tr-source-tokens", "aria-label": "source tokens" },
+        { class: "tr-source-tokens", role: "group", "aria-label": "source tokens" },
         result.sourceTokens.map((token, i) => {
           const unknown = result.sourceIds[i] === this.info.config.unk_id;
           return h("span", {
@@ -1039,11 +1081,13 @@
     const tallest = Math.max(...canvases.map((c) => c.heatmap.cell * c.heatmap.spec.rows));
     const bar = h("canvas", { class: "tr-colorbar" });
     drawColorbar(bar, Math.min(tallest + 20, 320));
+    const focused = (controls || []).find((control) => control === document.activeElement);
     container.replaceChildren(
       h("div", { class: "tr-figure-caption" }, [h("span", { text: caption }), ...(controls || [])]),
       h("div", { class: "tr-figure-body" }, [h("div", { class: "tr-panels" }, canvases), bar]),
       readout
     );
+    if (focused) focused.focus(); // moving a control in the page drops its focus: give it back (keyboard use)
   }
 
   /** The model's vocabularies in words: one shared subword vocabulary, or one per language. */
@@ -1134,13 +1178,11 @@
     if (cards.length) {
       loadManifest()
         .then((manifest) => Promise.all(manifest.directions.map((d) => loadModelInfo(d.id))))
-        .then(
-        (infos) => cards.forEach((card) => card.replaceChildren(...infos.flatMap((info) => [
+        .then((infos) => cards.forEach((card) => card.replaceChildren(...infos.flatMap((info) => [
           h("p", { class: "tr-card-direction", text: `${info.direction.source_name} \u2192 ${info.direction.target_name}` }),
           renderCard(info),
-        ]))),
-        (error) => cards.forEach((card) => (card.textContent = `The model card could not load: ${error.message}.`))
-      );
+        ]))))
+        .catch((error) => cards.forEach((card) => (card.textContent = `The model card could not load: ${error.message}.`)));
     }
     api.apps.push(...apps);
   }
