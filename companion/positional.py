@@ -57,8 +57,10 @@ class _AddPositions(nn.Module):
         """Add positions ``start .. start+seq-1`` to ``x [batch, seq, d_model]`` and apply dropout."""
         check_tensor("x", x, dims=3)
         check_last_dim("x", x, self.d_model)
+        if start < 0:
+            raise ValueError(f"start must be a position >= 0, got {start}")
         end = start + x.shape[1]
-        if start < 0 or end > self.max_len:
+        if end > self.max_len:
             raise ValueError(
                 f"positions {start}..{end - 1} exceed max_len={self.max_len}; raise max_len in the config "
                 "or shorten the sequence"

@@ -313,7 +313,8 @@ def pretrained_path(direction: str = "de-en", *, download: bool = True) -> Path:
     if not download:
         raise PretrainedUnavailableError(
             f"the pretrained model {name!r} ({entry['file']}) is not on this machine; looked in "
-            f"{', '.join(str(c.parent) for c in _candidates(entry['file']))}"
+            f"{', '.join(str(c.parent) for c in _candidates(entry['file']))}. Put the file into a folder and set "
+            f"{PRETRAINED_DIR_ENV}=FOLDER, pass path=..., or allow the download (download=True)"
         )
     return _download(name, entry)
 

@@ -30,7 +30,7 @@ def encode_pairs(
     """
     check_encoding_options(src_tokenizer, tgt_tokenizer, max_len)
     pairs = list(pairs)
-    for i, pair in enumerate(pairs[:1]):
+    for i, pair in enumerate(pairs):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
             raise TypeError(f"pairs[{i}] must be a (source, target) pair of strings, got {pair!r}")
     src_ids = src_tokenizer.encode_batch([s for s, _ in pairs])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,8 @@ def test_tokenizers_survive_json_round_trip(which, word_en, subword):
 def test_tokenizer_bad_input():
     with pytest.raises(ValueError, match="values\\['type'\\]"):
         tokenizer_from_dict({"type": "chars"})
+    with pytest.raises(TypeError, match=re.escape("values must be a dict from Tokenizer.to_dict(), got list")):
+        tokenizer_from_dict([])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lacks the key"):
         tokenizer_from_dict({"type": "word"})
     with pytest.raises(TypeError, match="single string"):
@@ -157,6 +160,26 @@ def test_tokenizer_bad_input():
         WordTokenizer.build(["x"], "en", min_freq=0)
     with pytest.raises(TypeError, match="text must be a str"):
         WordTokenizer.build(["x"], "en").encode(None)  # type: ignore[arg-type]
+
+
+def test_a_word_vocabulary_starts_with_the_special_tokens_and_holds_each_token_once():
+    with pytest.raises(
+        ValueError,
+        match=re.escape("itos must start with the special tokens ['<pad>', '<unk>', '<bos>', '<eos>'], got ['a', 'b']"),
+    ):
+        WordTokenizer("en", ["a", "b"])
+    with pytest.raises(ValueError, match=re.escape("got ['<pad>', '<bos>', '<unk>', '<eos>']")):
+        WordTokenizer("en", ["<pad>", "<bos>", "<unk>", "<eos>", "a"])  # the right tokens in the wrong order
+    with pytest.raises(ValueError, match=re.escape("itos must not hold the same token twice")):
+        WordTokenizer("en", [*SPECIAL_TOKENS, "dog", "cat", "dog"])
+    with pytest.raises(ValueError, match=re.escape("itos must not hold the same token twice")):
+        WordTokenizer("en", [*SPECIAL_TOKENS, "<unk>"])
+
+
+@pytest.mark.parametrize("vocab_size", [1, 4])
+def test_a_subword_vocabulary_needs_room_beyond_the_special_tokens(vocab_size):
+    with pytest.raises(ValueError, match=re.escape(f"vocab_size must be larger than 4, got {vocab_size}")):
+        SubwordTokenizer.train(ENGLISH, vocab_size=vocab_size)
 
 
 # -- synthetic tasks and batching --------------------------------------------------------------------------------
@@ -252,6 +275,12 @@ def test_encode_pairs_truncates_to_max_len(word_en):
     assert short[0] == (encoded[0][0][:9], encoded[0][1][:9]) and short[1] == encoded[1]
     with pytest.raises(TypeError, match="src_tokenizer"):
         encode_pairs(pairs, "en", word_en)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=re.escape("pairs[0] must be a (source, target) pair of strings, got ('A man.',)")
+    ):
+        encode_pairs([("A man.",), ("b", "c")], word_en, word_en)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=re.escape("pairs[2] must be a (source, target) pair of strings, got 'b c'")):
+        encode_pairs([("a", "b"), ["c", "d"], "b c"], word_en, word_en)  # type: ignore[list-item]
 
 
 # -- Multi30k loading ------------------------------------------------------------------------------------------
@@ -417,9 +446,17 @@ def test_load_drops_empty_pairs_with_a_warning(tiny_multi30k):
     assert train == [("a.", "A."), ("d.", "D.")]
 
 
-@pytest.mark.parametrize("src,tgt", [("en", "fr"), ("cs", "de"), ("en", "en")])
-def test_load_rejects_unsupported_language_pairs(src, tgt, tiny_multi30k):
-    with pytest.raises(ValueError, match="src|tgt"):
+@pytest.mark.parametrize(
+    "src, tgt, message",
+    [
+        ("en", "fr", "tgt must be one of ['en', 'de'] for Multi30k, got 'fr'"),
+        ("cs", "de", "src must be one of ['en', 'de'] for Multi30k, got 'cs'"),
+        ("cs", "fr", "src must be one of ['en', 'de'] for Multi30k, got 'cs'"),  # the first bad one is named
+        ("en", "en", "src and tgt must be different languages, got 'en' for both"),
+    ],
+)
+def test_load_rejects_unsupported_language_pairs(src, tgt, message, tiny_multi30k):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         load_multi30k(src, tgt, data_dir=tiny_multi30k)
 
 

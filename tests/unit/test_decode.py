@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from companion.decode import (
     search_beam,
     search_greedy,
     translate,
+    translate_alphas,
     translate_ids,
 )
 
@@ -208,7 +210,7 @@ def test_the_greedy_observer_sees_every_step():
 
 def test_the_beam_observer_sees_every_step_and_every_finished_hypothesis():
     model = random_model()
-    src = _sources(5, seed=10, vocab=model.config.src_vocab_size)
+    src = _sources(5, seed=13, vocab=model.config.src_vocab_size)
     k = 3
     records: list[BeamStepRecord] = []
     tokens, scores = beam_search(
@@ -216,8 +218,9 @@ def test_the_beam_observer_sees_every_step_and_every_finished_hypothesis():
     )
     assert [r.step for r in records] == list(range(1, len(records) + 1))
     limits = max_output_lengths(src, PAD_ID, 4, model.config.max_len)
-    assert len(records) == max(limits) or all(len(r.sentences) for r in records)
+    assert len(records) <= max(limits)  # no sentence searches past its length limit
     finished: list[list] = [[] for _ in range(5)]
+    last_step = [0] * 5
     for record in records:
         groups = len(record.sentences)
         assert record.candidates.scores.shape == (groups, 2 * k)
@@ -226,7 +229,15 @@ def test_the_beam_observer_sees_every_step_and_every_finished_hypothesis():
             record.step + 1,
         )
         for group, sentence in enumerate(record.sentences):
+            # a sentence is seen at every step until it stops: it was still searching after the step before
+            assert last_step[sentence] == record.step - 1
+            assert len(finished[sentence]) < k and record.step <= limits[sentence]
             finished[sentence] += record.finished[group]
+            last_step[sentence] = record.step
+    # Each sentence stopped for one of the two reasons: its length limit, or k finished hypotheses.
+    assert records[0].sentences == list(range(5))
+    for sentence in range(5):
+        assert last_step[sentence] == limits[sentence] or len(finished[sentence]) >= k, sentence
     # the best of what the observer saw finish is what the search returns
     for sentence in range(5):
         best = max(finished[sentence], key=lambda h: h.score(0.6))
@@ -465,11 +476,57 @@ def test_beam_size_is_capped_at_the_command_line_limit(copy_tokenizer):
             translate(copy_model(), "cat dog", copy_tokenizer, copy_tokenizer, beam_size=beam_size)
 
 
-def test_translate_handles_empty_and_overlong_input(copy_tokenizer):
-    assert len(translate(copy_model(), [""], copy_tokenizer, copy_tokenizer)) == 1
-    with pytest.warns(UserWarning, match="truncated 1 source"):
-        out = translate(copy_model(), ["apple " * 40], copy_tokenizer, copy_tokenizer, beam_size=1)
-    assert len(out) == 1
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_translate_handles_empty_and_overlong_input(copy_tokenizer, beam_size):
+    # An empty sentence is decoded from <eos> alone. The random model's outputs depend on its source (the
+    # copy model says nothing for <eos> and <unk> <eos> alike), so they show which source was decoded.
+    model = random_model()
+    src_words, tgt_words = model.config.src_vocab_size - 4, model.config.tgt_vocab_size - 4
+    src_tokenizer = WordTokenizer("en", list(SPECIAL_TOKENS) + [f"s{i}" for i in range(src_words)])
+    tgt_tokenizer = WordTokenizer("en", list(SPECIAL_TOKENS) + [f"t{i}" for i in range(tgt_words)])
+    (from_eos,) = translate_ids(model, [[EOS_ID]], beam_size=beam_size)
+    out = translate(model, ["", "s3 s1"], src_tokenizer, tgt_tokenizer, beam_size=beam_size)
+    assert out[0] == tgt_tokenizer.decode(from_eos)
+    (other,) = translate_ids(model, [src_tokenizer.encode("s3 s1") + [EOS_ID]], beam_size=beam_size)
+    assert out[1] == tgt_tokenizer.decode(other)
+    # An overlong sentence keeps its first max_len - 1 tokens, then <eos>: the copy model copies those.
+    max_len = copy_model().config.max_len
+    words = copy_tokenizer.itos[4:]
+    sentence = " ".join(words[(i * i + i // 3) % len(words)] for i in range(max_len + 8))  # varied words
+    ids = copy_tokenizer.encode(sentence)
+    assert len(ids) == max_len + 8
+    with pytest.warns(UserWarning, match=f"truncated 1 source sentence\\(s\\) to the model's max_len={max_len}"):
+        (long_out,) = translate(copy_model(), [sentence], copy_tokenizer, copy_tokenizer, beam_size=beam_size)
+    (truncated,) = translate_ids(copy_model(), [ids[: max_len - 1] + [EOS_ID]], beam_size=beam_size)
+    assert long_out == copy_tokenizer.decode(truncated)
+
+
+def test_translate_refuses_a_model_or_tokenizer_of_the_wrong_type(copy_tokenizer):
+    model, tok = copy_model(), copy_tokenizer
+    cases = [
+        (
+            lambda: translate(torch.nn.Linear(2, 2), ["apple"], tok, tok),
+            "model must be a companion Transformer, got Linear",
+        ),
+        (lambda: translate_ids(None, [[4, EOS_ID]]), "model must be a companion Transformer, got NoneType"),
+        (lambda: translate(model, ["apple"], "en", tok), "src_tokenizer must be a companion Tokenizer, got str"),
+        (lambda: translate(model, ["apple"], tok, None), "tgt_tokenizer must be a companion Tokenizer, got NoneType"),
+        (
+            lambda: translate_alphas(model, ["apple"], {}, tok, alphas=[0.6]),
+            "src_tokenizer must be a companion Tokenizer, got dict",
+        ),
+        (
+            lambda: translate_alphas(model, ["apple"], tok, "en", alphas=[0.6]),
+            "tgt_tokenizer must be a companion Tokenizer, got str",
+        ),
+        (
+            lambda: translate_alphas(model, "apple", tok, tok, alphas=[0.6]),
+            "sentences must be a list of strings, got str",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            call()
 
 
 def test_bad_arguments_are_named():
@@ -487,6 +544,43 @@ def test_bad_arguments_are_named():
         beam_search(model, src, alpha=-1.0)
     with pytest.raises(ValueError, match="max_extra_len"):
         greedy_decode(model, src, max_extra_len=-1)
+
+
+@pytest.fixture(scope="module")
+def dropout_model() -> Transformer:
+    """A model with every kind of dropout well above 0, so that one that is left on changes the numbers."""
+    torch.manual_seed(4321)
+    config = TransformerConfig(
+        src_vocab_size=17,
+        tgt_vocab_size=19,
+        d_model=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_ff=64,
+        dropout=0.3,
+        attention_dropout=0.3,
+        ffn_dropout=0.3,
+        max_len=40,
+    )
+    return Transformer(config).eval()
+
+
+def test_beam_search_and_scoring_in_train_mode_run_without_dropout_and_restore_the_mode(dropout_model):
+    model = dropout_model
+    src = _sources(4, seed=12, vocab=model.config.src_vocab_size)
+    hypotheses, scores = beam_search(model, src, beam_size=3, max_extra_len=5, return_scores=True)
+    scored = score_hypotheses(model, src, hypotheses)
+    assert not model.training and sum(map(len, hypotheses)) > 10  # mostly long outputs: many dropout draws
+    model.train()
+    try:
+        for _ in range(2):  # twice: dropout would draw other masks each time
+            assert beam_search(model, src, beam_size=3, max_extra_len=5, return_scores=True) == (hypotheses, scores)
+            assert model.training
+            assert score_hypotheses(model, src, hypotheses) == scored
+            assert model.training
+    finally:
+        model.eval()
 
 
 def test_decoding_leaves_the_model_mode_alone():

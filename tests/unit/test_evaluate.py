@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import sacrebleu
@@ -11,7 +12,14 @@ from _copy_model import COPY_MAX_LEN, COPY_VOCAB, copy_model
 
 from companion import Transformer, TransformerConfig
 from companion.data import SPECIAL_TOKENS, WordTokenizer, make_batches, synthetic_pairs
-from companion.evaluate import corpus_bleu, corpus_chrf, evaluate_translation, perplexity, tokenized_bleu
+from companion.evaluate import (
+    choose_alpha,
+    corpus_bleu,
+    corpus_chrf,
+    evaluate_translation,
+    perplexity,
+    tokenized_bleu,
+)
 
 HYPOTHESES = ["The cat sat on the mat.", "A dog is running in the park!", "Two people talk."]
 REFERENCES = ["The cat is sitting on the mat.", "A dog runs in a park!", "Two people are talking."]
@@ -160,6 +168,30 @@ def test_perplexity_bad_input():
         perplexity(copy_model(), [("src", "tgt")])
     with pytest.raises(TypeError, match="model"):
         perplexity(None, [])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("batches hold no target tokens: perplexity is undefined")):
+        perplexity(copy_model(), [])
+
+
+def test_perplexity_in_train_mode_runs_without_dropout_and_restores_the_mode():
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        23, 23, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, max_len=32,
+        dropout=0.3, attention_dropout=0.3, ffn_dropout=0.3,
+    )  # fmt: skip
+    model = Transformer(config).eval()
+    batches = make_batches(synthetic_pairs("reverse", 40, vocab_size=23, seed=1), 60, seed=0)
+    in_eval = perplexity(model, batches)
+    model.train()
+    assert perplexity(model, batches) == perplexity(model, batches) == in_eval  # no dropout masks drawn
+    assert model.training
+
+
+def test_evaluate_translation_and_choose_alpha_need_pairs():
+    tokenizer = WordTokenizer("en", list(SPECIAL_TOKENS) + ["apple", "bear", "cat", "dog", "egg", "fox"])
+    with pytest.raises(ValueError, match=re.escape("pairs must not be empty")):
+        evaluate_translation(copy_model(), [], tokenizer, tokenizer)
+    with pytest.raises(ValueError, match=re.escape("pairs must not be empty")):
+        choose_alpha(copy_model(), iter([]), tokenizer, tokenizer)
 
 
 def test_evaluate_translation_on_the_copy_task():

@@ -191,6 +191,27 @@ def test_dropout_sits_on_each_sublayer_output_before_the_residual_add(tiny_confi
         torch.testing.assert_close(out_dec, decoder.norm3(decoder.norm2(decoder.norm1(x))))
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_sublayer_dropouts_and_layer_norm_eps_reach_every_layer(tiny_config, norm_first):
+    """attention_dropout, ffn_dropout and layer_norm_eps are not just stored in the config: every attention
+    (self and cross), every feed-forward network and every LayerNorm of both stacks is built with them."""
+    config = tiny_config(norm_first=norm_first, attention_dropout=0.15, ffn_dropout=0.25, layer_norm_eps=1e-3)
+    model = Transformer(config)
+    encoder_layers, decoder_layers = list(model.encoder.layers), list(model.decoder.layers)
+    assert len(encoder_layers) == config.num_encoder_layers and len(decoder_layers) == config.num_decoder_layers
+    attentions = [layer.self_attn for layer in encoder_layers + decoder_layers]
+    attentions += [layer.cross_attn for layer in decoder_layers]
+    assert [attention.dropout for attention in attentions] == [0.15] * len(attentions)
+    ffns = [layer.ffn for layer in encoder_layers + decoder_layers]
+    assert [ffn.dropout.p for ffn in ffns] == [0.25] * len(ffns)
+    norms = [module for module in model.modules() if isinstance(module, nn.LayerNorm)]
+    # two per encoder layer, three per decoder layer, and pre-LN's final norm of each stack
+    assert len(norms) == 2 * len(encoder_layers) + 3 * len(decoder_layers) + (2 if norm_first else 0)
+    assert [norm.eps for norm in norms] == [1e-3] * len(norms)
+    # The sub-layer (residual) dropout stays config.dropout, separate from the two above.
+    assert [layer.dropout.p for layer in encoder_layers + decoder_layers] == [config.dropout] * len(ffns)
+
+
 def test_embeddings_are_scaled_by_sqrt_d_model_then_positions_added(tiny_model, tokens):
     model = tiny_model(num_encoder_layers=0)  # post-LN, no layers: the encoder output is its input
     src = tokens(2, 7, 23)
@@ -304,6 +325,38 @@ def test_kv_cache_reorder_follows_the_batch(tiny_model, tokens):
     cache.reorder(swap)
     last = model.decode(tgt[swap, 3:], memory[swap], src_mask[swap], cache=cache)
     torch.testing.assert_close(last[:, 0], model(src[swap], tgt[swap])[:, 3], atol=1e-5, rtol=0)
+
+
+def test_kv_cache_self_kv_and_cross_kv_expose_each_layers_keys_and_values(tiny_model, tokens):
+    model = tiny_model()
+    src, tgt = with_padding(tokens(2, 5, 23), 1), tokens(2, 3, 19)
+    memory, src_mask = model.encode(src)
+    cache = model.new_cache()
+    assert cache.self_kv == [None, None] and cache.cross_kv == [None, None]  # nothing before the first step
+    for t in range(3):
+        model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)
+    heads, d_head = model.config.num_heads, model.config.d_head
+    for layer, self_kv, cross_kv, self_cache, cross_cache in zip(
+        model.decoder.layers, cache.self_kv, cache.cross_kv, cache.self_attn, cache.cross_attn
+    ):
+        assert torch.equal(self_kv[0], self_cache.key) and torch.equal(self_kv[1], self_cache.value)
+        assert torch.equal(cross_kv[0], cross_cache.key) and torch.equal(cross_kv[1], cross_cache.value)
+        assert self_kv[0].shape == self_kv[1].shape == (2, heads, 3, d_head)  # one position per step so far
+        # the cross-attention pair is the projected encoder memory, all 6 source positions
+        expected_keys, expected_values = layer.cross_attn.project_kv(memory, memory)
+        torch.testing.assert_close(cross_kv[0], expected_keys, atol=1e-6, rtol=0)
+        torch.testing.assert_close(cross_kv[1], expected_values, atol=1e-6, rtol=0)
+    # Layer 0's self-attention input is the embedded, position-encoded prefix (post-LN): its keys and values
+    # are that prefix projected, whichever step added each position.
+    prefix = model.tgt_pos(model.tgt_embed(tgt) * math.sqrt(model.config.d_model))
+    keys, values = model.decoder.layers[0].self_attn.project_kv(prefix, prefix)
+    torch.testing.assert_close(cache.self_kv[0][0], keys, atol=1e-6, rtol=0)
+    torch.testing.assert_close(cache.self_kv[0][1], values, atol=1e-6, rtol=0)
+    # Reordering the batch reorders both pairs.
+    before = [pair[0].clone() for pair in cache.self_kv + cache.cross_kv]
+    cache.reorder(torch.tensor([1, 0]))
+    for old, (now, _) in zip(before, cache.self_kv + cache.cross_kv):
+        assert torch.equal(now, old[[1, 0]])
 
 
 def test_reference_path_and_attention_maps(tiny_model, tokens):
@@ -428,12 +481,19 @@ def bad_input_model() -> Transformer:
             _literal("share_embeddings=True needs src_vocab_size == tgt_vocab_size, got 23 and 19"),
         ),
         (dict(positional="rotary"), _literal("positional must be one of ['sinusoidal', 'learned'], got 'rotary'")),
+        (dict(d_model=9, num_heads=3), _literal("d_model must be even for sinusoidal positions, got 9")),
     ],
-    ids=["not divisible", "zero width", "negative layers", "dropout", "pad id", "share vocab", "positional"],
+    ids=["not divisible", "zero width", "negative layers", "dropout", "pad id", "share vocab", "positional", "odd"],
 )
 def test_config_rejects(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TransformerConfig(23, 19, **kwargs)
+
+
+def test_an_odd_width_is_fine_with_learned_positions_and_an_unknown_preset_is_named():
+    assert TransformerConfig(23, 19, d_model=9, num_heads=3, positional="learned").d_model == 9  # only sin/cos pair up
+    with pytest.raises(ValueError, match=_literal("name must be one of ['tiny', 'small', 'base', 'big'], got 'huge'")):
+        TransformerConfig.from_preset("huge", 23, 19)
 
 
 def test_config_from_dict_and_model_reject_wrong_types():

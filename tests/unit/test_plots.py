@@ -59,8 +59,13 @@ def test_shared_colour_scale_from_zero_to_vmax():
 
 
 def test_numpy_input_is_accepted():
-    fig = plot_attention_heads(heads_weights(1, 2, 2).numpy(), ["a", "b"], ["c", "d"])
-    assert len(image_axes(fig)) == 1
+    weights = heads_weights(2, 2, 3).numpy()
+    fig = plot_attention_heads(weights, ["a", "b"], ["c", "d", "e"])
+    panels = image_axes(fig)
+    assert len(panels) == 2
+    for head, ax in enumerate(panels):
+        np.testing.assert_allclose(ax.images[0].get_array(), weights[head], rtol=0, atol=1e-7)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["c", "d", "e"]
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -10,12 +11,13 @@ import torch
 from companion import LearnedPositionalEncoding, PositionalEncoding, sinusoidal_encoding
 
 
-def formula(num_positions: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same), one entry at a time, float64."""
+def formula(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / base^(2i/d_model)), PE(pos, 2i+1) = cos(same), one entry at a time, float64
+    (the paper's base is 10000)."""
     table = torch.empty(num_positions, d_model, dtype=torch.float64)
     for pos in range(num_positions):
         for i in range(d_model // 2):
-            angle = pos / 10000 ** (2 * i / d_model)
+            angle = pos / base ** (2 * i / d_model)
             table[pos, 2 * i] = math.sin(angle)
             table[pos, 2 * i + 1] = math.cos(angle)
     return table
@@ -29,11 +31,27 @@ def test_sinusoidal_encoding_matches_the_formula(num_positions, d_model):
     torch.testing.assert_close(table.double(), formula(num_positions, d_model), atol=1e-7, rtol=0)
 
 
+@pytest.mark.parametrize("base", [2.0, 100.0, 1e6])
+def test_the_base_argument_replaces_10000_in_the_formula(base):
+    table = sinusoidal_encoding(60, 8, base=base)
+    torch.testing.assert_close(table.double(), formula(60, 8, base), atol=1e-7, rtol=0)
+    assert not torch.allclose(table, sinusoidal_encoding(60, 8))  # a base that differs gives another table
+
+
 def test_first_position_and_wavelengths():
-    table = sinusoidal_encoding(10, 16).double()
+    d_model = 16
+    positions = torch.arange(0, 20000, 250, dtype=torch.float64)  # far enough to see the slow columns turn
+    table = sinusoidal_encoding(20000, d_model).double()[::250]
     assert table[0, 0::2].tolist() == [0.0] * 8 and table[0, 1::2].tolist() == [1.0] * 8
-    # Column pair 0 has wavelength 2*pi: sin(pos); the slowest pair approaches wavelength 10000*2*pi.
-    torch.testing.assert_close(table[:, 0], torch.sin(torch.arange(10, dtype=torch.float64)), atol=1e-7, rtol=0)
+    # Column pair 0 has wavelength 2*pi: sin(pos), cos(pos).
+    torch.testing.assert_close(table[:, 0], torch.sin(positions), atol=1e-6, rtol=0)
+    torch.testing.assert_close(table[:, 1], torch.cos(positions), atol=1e-6, rtol=0)
+    # The slowest pair (columns d_model-2, d_model-1) has wavelength 2*pi * 10000^((d_model-2)/d_model),
+    # approaching 10000*2*pi as d_model grows: sin(2*pi*pos/wavelength) and its cosine.
+    wavelength = 2 * math.pi * 10000 ** ((d_model - 2) / d_model)
+    torch.testing.assert_close(table[:, -2], torch.sin(2 * math.pi * positions / wavelength), atol=1e-6, rtol=0)
+    torch.testing.assert_close(table[:, -1], torch.cos(2 * math.pi * positions / wavelength), atol=1e-6, rtol=0)
+    assert table[:, -2].max() > 0.99 and table[:, -2].min() < -0.99  # the positions span a whole period of it
 
 
 def test_a_fixed_offset_is_a_rotation():
@@ -81,6 +99,17 @@ def test_positions_beyond_max_len_raise():
         module(torch.randn(1, 7, 8))
     with pytest.raises(ValueError, match=r"positions 4\.\.6 exceed max_len=6"):
         module(torch.randn(1, 3, 8), start=4)
+
+
+@pytest.mark.parametrize("encoding", [PositionalEncoding, LearnedPositionalEncoding])
+def test_a_negative_start_is_refused_not_wrapped_around(encoding):
+    """Python slicing would read table[-1:2] as empty (a shape error) or wrap to the table's end; the module
+    refuses any start below 0 and names the argument."""
+    module = encoding(8, max_len=6)
+    with pytest.raises(ValueError, match=re.escape("start must be a position >= 0, got -1")):
+        module(torch.randn(1, 3, 8), start=-1)
+    with pytest.raises(ValueError, match=re.escape("start must be a position >= 0, got -5")):
+        module(torch.randn(1, 2, 8), start=-5)  # a slice that would wrap to the last rows of the table
 
 
 def test_wrong_feature_size_raises():
@@ -135,7 +164,5 @@ def test_learned_rows_of_unseen_positions_keep_their_values_under_adam():
     ids=["zero positions", "odd d_model", "beyond max_len", "wrong feature size"],
 )
 def test_position_helpers_reject(call, message):
-    import re
-
     with pytest.raises(ValueError, match=re.escape(message)):
         call()

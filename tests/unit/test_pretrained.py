@@ -8,13 +8,15 @@ import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import companion
 from companion import pretrained
-from companion.checkpoint import save_checkpoint
+from companion.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint, tokenizers_from_checkpoint
 from companion.data import WordTokenizer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -77,11 +79,28 @@ def test_environment_folder_is_searched_and_loaded(tiny_checkpoint, nowhere, mon
     loaded = companion.load_pretrained()
     assert loaded.path == tiny_checkpoint and loaded.info["step"] == 7
     assert not loaded.model.training
-    assert isinstance(loaded.translate(["ein hund"], beam_size=1)[0], str)
+    # It translates with that file's model and vocabularies, rebuilt here from the file on their own.
+    model = model_from_checkpoint(tiny_checkpoint)
+    src_tokenizer, tgt_tokenizer = tokenizers_from_checkpoint(load_checkpoint(tiny_checkpoint))
+    sentences = ["ein hund", "eine katze läuft"]
+    expected = companion.decode.translate(model, sentences, src_tokenizer, tgt_tokenizer, beam_size=1)
+    assert loaded.translate(sentences, beam_size=1) == expected and expected[0]  # a translation, not ""
 
 
-def test_without_a_copy_and_without_download_the_error_says_where_to_put_it(nowhere):
-    with pytest.raises(companion.PretrainedUnavailableError, match="COMPANION_PRETRAINED_DIR|looked in"):
+def test_without_a_copy_and_without_download_the_error_says_where_to_put_it(nowhere, tmp_path, monkeypatch):
+    name = pretrained.DIRECTIONS["de-en"]
+    cache = tmp_path / "cache" / "companion"  # the download cache under $XDG_CACHE_HOME, the one place looked in
+    message = (
+        f"the pretrained model {name!r} (de-en-small.pt) is not on this machine; looked in {cache}. Put the file "
+        f"into a folder and set {pretrained.PRETRAINED_DIR_ENV}=FOLDER, pass path=..., or allow the download "
+        "(download=True)"
+    )
+    with pytest.raises(companion.PretrainedUnavailableError, match=f"^{re.escape(message)}$"):
+        companion.load_pretrained(download=False)
+    # The folder of $COMPANION_PRETRAINED_DIR is looked in first, and named first.
+    monkeypatch.setenv(pretrained.PRETRAINED_DIR_ENV, str(tmp_path / "mine"))
+    message = f"is not on this machine; looked in {tmp_path / 'mine'}, {cache}. Put the file"
+    with pytest.raises(companion.PretrainedUnavailableError, match=re.escape(message)):
         companion.load_pretrained(download=False)
 
 
@@ -355,30 +374,76 @@ def test_the_cards_name_the_vocabulary_each_run_used():
         assert f"--preset small {setting} " in tool.TRAIN_COMMANDS[direction]
 
 
+class _FakeClock:
+    """Stands in for the tool's ``time`` and ``subprocess`` modules and ``os.getloadavg``: processes that end after
+    a set number of seconds on a clock that only moves when the tool waits, so nothing depends on the machine's
+    speed or load. Each load sample reads 1.0, 2.0, 3.0, ... in turn."""
+
+    TimeoutExpired = subprocess.TimeoutExpired
+    EPOCH = 1_750_000_000.0  # time.time() at the start
+
+    def __init__(self, durations: dict[str, float]) -> None:
+        self.now, self.durations, self.samples, self.started = 0.0, durations, 0, []
+
+    # time
+    def time(self) -> float:
+        return self.EPOCH + self.now
+
+    def monotonic(self) -> float:
+        return 1000.0 + self.now
+
+    # os.getloadavg
+    def getloadavg(self) -> tuple[float, float, float]:
+        self.samples += 1
+        return (float(self.samples), 0.0, 0.0)
+
+    # subprocess.Popen
+    def Popen(self, command: list[str], cwd: pathlib.Path):  # noqa: N802  (stands in for subprocess.Popen)
+        self.started.append((command, cwd))
+        clock, ends_at = self, self.now + self.durations[command[-1]]
+
+        class Process:
+            returncode = None
+
+            def wait(self, timeout: float) -> int:
+                if clock.now + timeout < ends_at:
+                    clock.now += timeout
+                    raise subprocess.TimeoutExpired(command, timeout)
+                clock.now = max(clock.now, ends_at)
+                self.returncode = 0
+                return 0
+
+        return Process()
+
+
 def test_make_pretrained_records_when_and_under_what_load_each_run_trained(tmp_path, monkeypatch):
     tool = _make_pretrained_tool()
-    monkeypatch.setattr(
-        tool,
-        "TRAIN_COMMANDS",
-        {  # stand-ins for the training commands: the first ends at once, the second after a few load samples
-            "de-en": "python -c pass",
-            "en-de": "python -c 'import time; time.sleep(0.5)'",
-        },
-    )
+    # stand-ins for the training commands: the first ends within the first sample, the second after 4.5 s
+    monkeypatch.setattr(tool, "TRAIN_COMMANDS", {"de-en": "python quick", "en-de": "python slow"})
+    clock = _FakeClock({"quick": 0.5, "slow": 4.5})
+    monkeypatch.setattr(tool, "time", clock)
+    monkeypatch.setattr(tool, "subprocess", clock)
+    monkeypatch.setattr(tool.os, "getloadavg", clock.getloadavg)
     for direction in tool.DIRECTIONS:
         (tmp_path / tool.run_dir(direction)).mkdir(parents=True)
-    records = tool.train(tool.DIRECTIONS, None, root=tmp_path, sample_every=0.1)
+    records = tool.train(tool.DIRECTIONS, None, root=tmp_path, sample_every=1.0)
+    # both ran side by side, from the root, with this interpreter
+    assert clock.started == [([sys.executable, "quick"], tmp_path), ([sys.executable, "slow"], tmp_path)]
     for direction, record in records.items():
         assert json.loads((tmp_path / tool.run_dir(direction) / tool.TRAINING_LOG).read_text()) == record
         assert record["side_by_side"] == list(tool.DIRECTIONS) and record["command"] == tool.TRAIN_COMMANDS[direction]
-        assert record["started"] <= record["ended"] and record["cpu_cores"] == os.cpu_count()
+        assert record["started"] == tool._utc(clock.EPOCH) and record["cpu_cores"] == os.cpu_count()
+        assert record["load_average_1min_every_seconds"] == 1.0
     quick, slow = records["de-en"], records["en-de"]
-    assert slow["wall_seconds"] >= quick["wall_seconds"]
-    assert len(slow["load_average_1min_samples"]) >= 3 > 0 < len(quick["load_average_1min_samples"])
-    assert len(quick["load_average_1min_samples"]) <= len(slow["load_average_1min_samples"])
+    assert quick["ended"] == tool._utc(clock.EPOCH + 0.5) and slow["ended"] == tool._utc(clock.EPOCH + 4.5)
+    assert (quick["wall_seconds"], slow["wall_seconds"]) == (round(0.5), round(4.5))
+    # A sample at 0, 1, 2, 3 and 4 s: the quick run saw the first, the slow run all five.
+    assert clock.samples == 5
+    assert quick["load_average_1min_samples"] == [1.0]
+    assert slow["load_average_1min_samples"] == [1.0, 2.0, 3.0, 4.0, 5.0]
     history = tool.training_history(slow)
     assert f"from {slow['started']} to {slow['ended']} UTC" in history and "de-en and en-de side by side" in history
-    assert f"max {max(slow['load_average_1min_samples']):.2f}" in history
+    assert "median 3.00, max 5.00 (5 samples, every 1 s)" in history
 
 
 def test_make_pretrained_stops_the_other_runs_when_one_fails(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 from pathlib import Path
 from types import SimpleNamespace
@@ -89,10 +90,19 @@ def test_stored_batches_equal_make_batches(corpus, tokenizer, tmp_path):
     for shuffle, seed, max_tokens in ((True, 0, 64), (True, 7, 200), (False, 0, 50)):
         batches = StoredBatches(store, max_tokens, shuffle=shuffle, seed=seed)
         assert_same_batches(batches, make_batches(reference, max_tokens, shuffle=shuffle, seed=seed))
-    batches = StoredBatches(store, 64)
-    assert isinstance(batches[-1].src, torch.Tensor) and len(batches[1:3]) == 2
-    with pytest.raises(IndexError):
+    # Negative indices and slices select what they select in a list of the same batches.
+    batches, expected = StoredBatches(store, 64), make_batches(reference, 64)
+    assert len(batches) == len(expected) >= 4
+    assert_same_batches([batches[-1], batches[-len(batches)]], [expected[-1], expected[0]])
+    assert_same_batches(batches[1:3], expected[1:3])
+    assert_same_batches(batches[::-2], expected[::-2])
+    assert batches[len(batches) :] == []
+    with pytest.raises(
+        IndexError, match=re.escape(f"batch index {len(batches)} out of range for {len(batches)} batches")
+    ):
         batches[len(batches)]
+    with pytest.raises(IndexError, match=re.escape(f"batch index {-len(batches) - 1} out of range")):
+        batches[-len(batches) - 1]
 
 
 def test_max_len_truncates_as_encode_pairs_does(corpus, tokenizer, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from _copy_model import exact_match
 from companion import Transformer, TransformerConfig
 from companion.checkpoint import latest_valid_checkpoint, list_checkpoints, load_checkpoint
 from companion.data import make_batches, synthetic_pairs
-from companion.devices import resolve_device
+from companion.devices import mps_available, resolve_device
 from companion.errors import ConfigError, DeviceUnavailableError, TrainingDivergedError
 from companion.train import NoamSchedule, TrainConfig, Trainer, cooldown_factor, label_smoothed_loss, noam_lr
 
@@ -79,6 +80,8 @@ def test_trainer_steps_follow_the_schedule(tmp_path):
         assert record["lr"] == pytest.approx(noam_lr(record["step"] + 1, 32, 4, 3.0))
     for key in ("loss", "nll", "ppl", "tokens_per_s", "epoch", "train_seconds", "time"):
         assert key in train_lines[0]
+    for record in train_lines:  # perplexity is exp of the per-token negative log-likelihood
+        assert record["ppl"] == pytest.approx(math.exp(record["nll"]), rel=1e-12)
     assert trainer.optimizer.param_groups[0]["betas"] == (0.9, 0.98)
     assert trainer.optimizer.param_groups[0]["eps"] == 1e-9
 
@@ -318,11 +321,30 @@ def test_device_resolution():
     assert resolve_device("cpu") == torch.device("cpu")
     expected = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert resolve_device("auto").type == expected
-    with pytest.raises(ValueError, match="device"):
+    not_a_device = "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got 'tpu'"
+    with pytest.raises(ConfigError, match=f"^{re.escape(not_a_device)}$"):
         resolve_device("tpu")
     if not torch.cuda.is_available():
         with pytest.raises(DeviceUnavailableError, match="CUDA is not available.*--device cpu"):
             resolve_device("cuda")
+
+
+def test_device_names_of_the_wrong_type_or_of_devices_a_run_cannot_use_are_refused():
+    with pytest.raises(
+        TypeError, match=re.escape("device must be a string such as 'auto', 'cpu', 'cuda' or 'mps', got 0")
+    ):
+        resolve_device(0)  # type: ignore[arg-type]
+    # "meta" is a torch device, but not one a run can compute on
+    not_for_a_run = "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got 'meta'"
+    with pytest.raises(ConfigError, match=f"^{re.escape(not_for_a_run)}$"):
+        resolve_device("meta")
+
+
+@pytest.mark.skipif(mps_available(), reason="Apple's MPS backend is available on this machine")
+def test_mps_where_it_is_not_available_is_a_device_unavailable_error():
+    message = "device 'mps' was requested, but Apple's MPS backend is not available here"
+    with pytest.raises(DeviceUnavailableError, match=f"^{re.escape(message)}$"):
+        resolve_device("mps")
 
 
 def test_gradient_clipping_bounds_the_gradient_norm():

@@ -17,8 +17,9 @@ import companion
 from companion.checkpoint import list_checkpoints, load_checkpoint, tokenizers_from_checkpoint
 from companion.cli import main, split_lines
 from companion.errors import ConfigError, RunError
+from companion.evaluate import corpus_bleu, corpus_chrf, tokenized_bleu
 from companion.pretrained import SHIPPED_ALPHA, SHIPPED_BEAM_SIZE, pretrained_path
-from companion.runs import EvaluateConfig, TranslateConfig, load_for_inference, translate_run
+from companion.runs import EvaluateConfig, TranslateConfig, evaluate_run, load_for_inference, translate_run
 from companion.runs.infer import PAPER_ALPHA, PAPER_BEAM_SIZE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -418,6 +419,25 @@ def test_evaluate_with_a_shipped_model_scores_its_direction(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["direction"] == "en->de" and result["sentences"] == 2
     assert result["checkpoint"] == str(pretrained_path("en-de"))
+    # The command prints evaluate_run's result without its hypotheses. These are the model's own translations,
+    # and every score is computed from them and the references by the package's scoring functions (into German:
+    # BLEU's tokenizer and spaCy's rules for "de").
+    full = evaluate_run(
+        EvaluateConfig(pretrained="en-de", src_file=str(src), ref_file=str(ref), beam_size=1, device="cpu")
+    )
+    assert {k: v for k, v in full.items() if k not in ("hypotheses", "decode_seconds")} == {
+        k: v for k, v in result.items() if k != "decode_seconds"
+    }
+    sources, references = src.read_text().splitlines(), ref.read_text().splitlines()
+    hypotheses = full["hypotheses"]
+    assert hypotheses == companion.load_pretrained("en-de").translate(sources, beam_size=1)
+    assert hypotheses != references  # (then no score is trivially 100)
+    assert (full["bleu"], full["bleu_signature"]) == corpus_bleu(hypotheses, references, language="de")
+    assert (full["chrf"], full["chrf_signature"]) == corpus_chrf(hypotheses, references)
+    tokenized = tokenized_bleu(hypotheses, references, "de")
+    assert (full["tokenized_bleu"], full["tokenized_bleu_signature"]) == tokenized
+    lowercased = tokenized_bleu(hypotheses, references, "de", lowercase=True)
+    assert (full["tokenized_lowercased_bleu"], full["tokenized_lowercased_bleu_signature"]) == lowercased
 
 
 def test_a_shipped_model_that_is_not_byte_for_byte_the_shipped_file_is_refused(monkeypatch, capsys):
