@@ -744,3 +744,30 @@ def test_time_to_first_translation_leaves_out_the_readers_idle_time(browser, sit
     assert since_load > timings["firstTranslationMs"] + 1000  # the idle wait is not in it
     translator.assert_clean()
     context.close()
+
+
+def test_heatmap_weights_can_be_read_with_the_keyboard(translator, reference, model_json):
+    """A heatmap takes the focus; the arrow keys move over its cells and the readout line gives each cell's
+    labels and weight (PyTorch's weight to the readout's three decimals), as the mouse does."""
+    translator.ui_translate("Ein Hund rennt über eine Wiese.", greedy=True)
+    page = translator.page
+    result = translator.app_result()
+    row_ids = result["ids"] if result["rows"][-1] == "<eos>" else result["ids"][:-1]
+    expected = python_attention(reference, result["sourceIds"], row_ids)["cross"]  # [layers, heads, t, n]
+    heads = model_json["config"]["num_heads"]
+    token_map = page.locator(".translator-app .tr-cross-token canvas.tr-heatmap")
+    readout = page.locator(".translator-app .tr-cross-token .tr-readout")
+    token_map.focus()
+    for keys, (row, column) in [((), (0, 0)), (("ArrowRight", "ArrowDown"), (1, 1)), (("End",), (1, None))]:
+        for key in keys:
+            page.keyboard.press(key)
+        column = len(result["sourceIds"]) - 1 if column is None else column
+        assert token_map.get_attribute("data-cursor") == f"{row},{column}"
+        layer, head = divmod(row, heads)
+        label, weight = readout.inner_text().rsplit(": ", 1)
+        assert label == f"layer {layer}, head {head} \u2192 {result['sourceTokens'][column]}"
+        assert abs(float(weight) - float(expected[layer, head, 0, column])) <= 0.0006
+    assert readout.get_attribute("aria-live") == "polite"
+    page.keyboard.press("Tab")  # leaving the map clears the line
+    assert readout.inner_text().strip() == ""
+    translator.assert_clean()

@@ -173,7 +173,8 @@
     canvas.setAttribute("role", "img");
     canvas.setAttribute(
       "aria-label",
-      `${spec.title || "attention"}: heatmap of ${rows} ${spec.ylabel || "rows"} by ${cols} ${spec.xlabel || "columns"}`
+      `${spec.title || "attention"}: heatmap of ${rows} ${spec.ylabel || "rows"} by ${cols} ` +
+        `${spec.xlabel || "columns"}; arrow keys read the weights`
     );
     canvas.heatmap = { spec, left, top, cell };
   }
@@ -212,7 +213,18 @@
     canvas.setAttribute("aria-label", "colour scale: attention weight from 0 to 1 (viridis)");
   }
 
-  /** Show the weight under the mouse in the figure's readout line. */
+  /** The readout line's text for cell (r, c) of a drawn heatmap. */
+  function cellText(spec, r, c) {
+    const value = spec.values[(spec.offset || 0) + r * spec.cols + c];
+    const where = `${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}`;
+    return `${spec.title ? spec.title + ": " : ""}${where}: ${value.toFixed(3)}`;
+  }
+
+  /**
+   * Show a cell's weight in the figure's readout line: the cell under the mouse, or, for keyboard use, the cell
+   * picked with the arrow keys (Home/End: first/last column) once the heatmap has the focus (announced politely
+   * to screen readers then; mouse moves are not announced).
+   */
   function attachReadout(canvas, readout) {
     canvas.addEventListener("mousemove", (event) => {
       const map = canvas.heatmap;
@@ -221,15 +233,41 @@
       const c = Math.floor((event.clientX - box.left - map.left) / map.cell);
       const r = Math.floor((event.clientY - box.top - map.top) / map.cell);
       const { spec } = map;
-      if (r < 0 || c < 0 || r >= spec.rows || c >= spec.cols) {
-        readout.textContent = "\u00a0";
-        return;
-      }
-      const value = spec.values[(spec.offset || 0) + r * spec.cols + c];
-      const where = `${spec.rowLabels[r]} \u2192 ${spec.colLabels[c]}`;
-      readout.textContent = `${spec.title ? spec.title + ": " : ""}${where}: ${value.toFixed(3)}`;
+      readout.setAttribute("aria-live", "off");
+      readout.textContent = r < 0 || c < 0 || r >= spec.rows || c >= spec.cols ? "\u00a0" : cellText(spec, r, c);
     });
     canvas.addEventListener("mouseleave", () => (readout.textContent = "\u00a0"));
+    canvas.tabIndex = 0;
+    let cursor = null; // [row, column] picked with the keyboard
+    const show = () => {
+      readout.setAttribute("aria-live", "polite");
+      readout.textContent = cellText(canvas.heatmap.spec, cursor[0], cursor[1]);
+      canvas.dataset.cursor = `${cursor[0]},${cursor[1]}`;
+    };
+    canvas.addEventListener("focus", () => {
+      if (!canvas.heatmap) return;
+      cursor = cursor || [0, 0];
+      show();
+    });
+    canvas.addEventListener("blur", () => (readout.textContent = "\u00a0"));
+    canvas.addEventListener("keydown", (event) => {
+      if (!canvas.heatmap || !cursor) return;
+      const { rows, cols } = canvas.heatmap.spec;
+      const [r, c] = cursor;
+      const moves = {
+        ArrowUp: [r - 1, c],
+        ArrowDown: [r + 1, c],
+        ArrowLeft: [r, c - 1],
+        ArrowRight: [r, c + 1],
+        Home: [r, 0],
+        End: [r, cols - 1],
+      };
+      const next = moves[event.key];
+      if (!next) return;
+      event.preventDefault();
+      cursor = [Math.max(0, Math.min(rows - 1, next[0])), Math.max(0, Math.min(cols - 1, next[1]))];
+      show();
+    });
   }
 
   return { FONT, VIRIDIS, VIRIDIS_CSS, viridisIndex, setupCanvas, fitLabel, drawHeatmap, drawColorbar, attachReadout };
