@@ -31,9 +31,11 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from ._version import __version__
+from .checkpoint import latest_checkpoint
 from .errors import CompanionError, RunError
 from .runs import (
     DEFAULTS_NOTE,
@@ -304,7 +306,12 @@ def _silence(stdout: TextIO) -> None:
 def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, stdout: TextIO) -> int:
     """Run the parsed command ``args`` (``argv``: the words it was parsed from); returns the exit code."""
     if args.command == "train":
-        train_run(given_options(args, SECTIONS), command=list(argv[1:]))
+        try:
+            train_run(given_options(args, SECTIONS), command=list(argv[1:]))
+        except KeyboardInterrupt as interrupt:  # Ctrl-C: no traceback, but what is left and how to go on
+            detail = f" ({interrupt})" if str(interrupt) else ""  # e.g. the checkpoint writer's word on its file
+            print(f"\ncompanion train: interrupted{detail}. {_resume_hint(args.out)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         return 0
     if args.command == "translate":
         config = TranslateConfig(**given_options(args, TranslateConfig))
@@ -325,6 +332,20 @@ def run_command(args: argparse.Namespace, argv: Sequence[str], stdin: TextIO, st
         return 0
     _print_evaluation(evaluate_run(EvaluateConfig(**given_options(args, EvaluateConfig))), args.json, stdout)
     return 0
+
+
+def _resume_hint(out: str | None) -> str:
+    """What an interrupted ``train`` left in ``out`` and how to go on from it."""
+    if not out:
+        return "Nothing was written."
+    latest = latest_checkpoint(Path(out) / "checkpoints")
+    if latest is None:
+        return f"{out} holds no checkpoint yet: run the same command again to start over."
+    step = int(latest.stem.split("_")[1])
+    return (
+        f"The latest checkpoint is {latest} (step {step:,}); the steps after it are lost. Go on from it with "
+        f"companion train --resume --out {out} (and the limits you want)."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

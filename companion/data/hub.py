@@ -157,8 +157,10 @@ def hub_corpus(
         host, port = _hub_address()
         if not _reachable(host, port):
             raise DataUnavailableError(
-                f"dataset {label}: the Hugging Face hub ({host}:{port}) cannot be reached. Go online, or use a "
-                "local copy (disk_corpus for a save_to_disk folder, folder_corpus/files_corpus for text files); "
+                f"dataset {label}: there is no folder {str(Path(name).absolute())!r} (a dataset saved with "
+                f"save_to_disk), and the Hugging Face hub ({host}:{port}) cannot be reached to fetch {name!r} from "
+                "it. Check the folder's path, go online, or use a local copy (--hf-dataset FOLDER or disk_corpus "
+                "for a save_to_disk folder; --data-dir or --train, folder_corpus or files_corpus for text files); "
                 "if the dataset is already in your Hugging Face cache, set HF_DATASETS_OFFLINE=1 to use it."
             )
     try:

@@ -74,10 +74,9 @@ def data_identity(splits: Mapping[str, Sequence[tuple[str, str]]]) -> dict[str, 
     return identity
 
 
-def check_same_data(
-    recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None, data_dir: str | None
-) -> None:
-    """RunError if a resumed run's data differ from the data its checkpoint recorded."""
+def check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None, data: DataConfig) -> None:
+    """RunError if a resumed run's data (``data`` names where they come from) differ from the data its checkpoint
+    recorded."""
     if not recorded or current is None:
         return  # a run recorded before data identities were kept, or a synthetic task (drawn from the seed)
     differing = [
@@ -87,13 +86,21 @@ def check_same_data(
         if recorded.get(split) != current.get(split) and split in recorded and split in current
     ]
     if differing:
-        source = data_dir or os.environ.get(DATA_DIR_ENV) or "the Hugging Face hub"
         raise RunError(
-            f"--resume: the data in {source} are not the data this run was trained on ("
+            f"--resume: the data in {data_source(data)} are not the data this run was trained on ("
             + "; ".join(differing)
-            + "). Resuming would not continue the same run; pass the "
-            "--data-dir (or --train files) the run used, or start a new run."
+            + "). Resuming would not continue the same run: restore the data the run used, or start a new run."
         )
+
+
+def data_source(data: DataConfig) -> str:
+    """Where a run's data come from, in words for a message."""
+    if data.train_files:
+        return "the --train files (" + " and ".join(data.train_files) + ")"
+    if data.hf_dataset:
+        return f"the dataset {data.hf_dataset}" + (f" ({data.hf_config})" if data.hf_config else "")
+    folder = data.data_dir or os.environ.get(DATA_DIR_ENV)
+    return folder or "the Hugging Face hub (bentrevett/multi30k)"
 
 
 def build_tokenizers(
@@ -359,8 +366,8 @@ def evaluation_pairs(data: DataConfig, split: str, data_dir: str | None = None) 
         except DataError:
             pass
         raise RunError(
-            f"{reason}the run's data ({corpus!r}) have no {split} split; score other data with --src-file F "
-            "--ref-file R"
+            f"{reason}the run's data ({_corpus_words(corpus)}) have no {split} split; score other data with "
+            "--src-file F --ref-file R"
         )
     try:
         return list(corpus.pairs(split))
@@ -374,3 +381,12 @@ def _with_folder(data: DataConfig, data_dir: str) -> DataConfig:
     return dataclasses.replace(
         data, data_dir=data_dir, train_files=None, valid_files=None, test_files=None, hf_dataset=None, hf_config=None
     )
+
+
+def _corpus_words(corpus: ParallelCorpus) -> str:
+    """A corpus in words for a message: where its training data come from and which splits it has."""
+    splits = ", ".join(corpus.splits) or "none"
+    try:
+        return f"{corpus.describe('train')}; its splits: {splits}"
+    except (KeyError, ValueError, FileNotFoundError, DataError):  # no training split to describe
+        return f"splits: {splits}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._validation import check_integer
+from ..data.multi30k import is_multi30k_folder
 from ..errors import ConfigError
 from ..model import TransformerConfig
 from ..options import check_declared, flag_of, label, option
@@ -28,12 +29,17 @@ def _check_positive(config: Any, *names: str) -> None:
             check_integer(label(type(config), name), value, minimum=1, error=ConfigError)
 
 
-def _path_as_str(config: Any, name: str) -> None:
+def _path_as_str(config: Any, name: str, *, absolute: bool = False) -> None:
+    """``config.name`` as a string; ``absolute``: made absolute, so that the run record (and ``--resume`` or
+    ``companion evaluate`` from another folder) finds the same place."""
     value = getattr(config, name)
     if value is not None and not isinstance(value, (str, os.PathLike)):
         raise ConfigError(f"{label(type(config), name)} must be a path or a string, got {value!r}")
     if isinstance(value, os.PathLike):
-        setattr(config, name, os.fspath(value))
+        value = os.fspath(value)
+    if absolute and value:
+        value = os.path.abspath(value)
+    setattr(config, name, value)
 
 
 def _filled(config: Any, values: Mapping[str, Any]) -> Any:
@@ -195,8 +201,10 @@ class DataConfig:
         )
         for name in ("vocab_size", "synthetic_vocab"):  # more than the 4 special tokens
             check_integer(label(DataConfig, name), getattr(self, name), minimum=5, error=ConfigError)
-        for name in ("data_dir", "cache_dir", "hf_dataset"):
-            _path_as_str(self, name)
+        for name in ("data_dir", "cache_dir"):
+            _path_as_str(self, name, absolute=True)
+        # a dataset name, or a save_to_disk folder: absolute when it names a folder here, else a name on the hub
+        _path_as_str(self, "hf_dataset", absolute=self.hf_dataset is not None and os.path.isdir(self.hf_dataset))
         for name in ("train_split", "valid_split", "test_split", "hf_config"):
             _check_name(self, name)
         for name in ("train_files", "valid_files", "test_files"):
@@ -229,8 +237,8 @@ class DataConfig:
         if self.hold_out and self.is_multi30k():
             raise ConfigError(
                 "--hold-out is for data without a validation split; Multi30k (the default data, or a folder of en "
-                "and de files with its names) is read with its own, val.{en,de}; give other files with --train "
-                "SRC_FILE TGT_FILE"
+                "and de files with its val.{en,de}) is read with its own; give other files with --train "
+                "SRC_FILE TGT_FILE, or a folder without val files"
             )
         if self.is_multi30k() and {self.src, self.tgt} != {"en", "de"}:
             raise ConfigError(
@@ -243,13 +251,14 @@ class DataConfig:
         return {"--data-dir": self.data_dir, "--train": self.train_files, "--hf-dataset": self.hf_dataset}
 
     def is_multi30k(self) -> bool:
-        """Whether the run reads Multi30k itself (no source given other than a folder with Multi30k's names,
-        in en and de): read into memory as before, so that Multi30k runs keep their batches."""
+        """Whether the run reads Multi30k itself (no source given, or a folder in en and de with Multi30k's
+        validation files: :func:`companion.data.multi30k.is_multi30k_folder`): read into memory as before, so that
+        Multi30k runs keep their batches. A folder of one's own en and de files without them is not Multi30k."""
         if self.task != TRANSLATION or self.train_files or self.hf_dataset:
             return False
         if self.train_split or self.valid_split or self.test_split:
             return False
-        return self.data_dir is None or {self.src, self.tgt} == {"en", "de"}
+        return self.data_dir is None or is_multi30k_folder(self.data_dir, self.src, self.tgt)
 
     def shares_vocabulary(self) -> bool:
         """Whether one vocabulary serves both languages (a shared BPE), so that the embeddings can be shared."""

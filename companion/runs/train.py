@@ -88,7 +88,7 @@ def train_run(
             dist.barrier()  # rank 0 has cleaned the folder
         started = time.time()
         data = build_run_data(config, checkpoint.get("tokenizers") if checkpoint else None, rank, world_size)
-        check_same_data(_recorded(checkpoint, "data"), data.identity, config.data.data_dir)
+        check_same_data(_recorded(checkpoint, "data"), data.identity, config.data)
         _check_accumulation(config, data)
         torch.manual_seed(config.train.seed)
         model = Transformer(config.model_config(*data.vocab_sizes))
@@ -196,11 +196,22 @@ def _finish_averaging(
 ) -> dict[str, Any]:
     """A finished run whose ``averaged.pt`` is missing or stale (killed after its last checkpoint): write it, and
     for a translation run choose alpha into it as the run's end would have (``has_valid``: the run recorded a
-    validation split). RunError (``finished`` says why) when there is nothing left to do."""
+    validation split); one killed while choosing alpha gets its choice. RunError (``finished`` says why) when there
+    is nothing left to do."""
     count = config.average_count
     names = [p.name for p in list_checkpoints(out / "checkpoints")[-count:]]
     if count <= 1 or _averaged_from(out / "averaged.pt") == names:
-        raise RunError(finished)
+        if not _alpha_left_to_choose(config, out, has_valid):
+            raise RunError(finished)
+        if rank != 0:
+            return {}
+        print(  # killed while choosing it, at the run's very end
+            "companion train: the run had finished training and averaging; choosing beam search's length penalty, "
+            "as its end would have",
+            file=stream,
+            flush=True,
+        )
+        return _choose_alpha(config, out, config.train.device, has_valid, stream)
     summary: dict[str, Any] = {}
     if rank == 0:
         summary = _average_last_checkpoints(config, out)
@@ -212,6 +223,18 @@ def _finish_averaging(
         if config.data.task == TRANSLATION:
             summary.update(_choose_alpha(config, out, config.train.device, has_valid, stream))
     return summary
+
+
+def _alpha_left_to_choose(config: RunConfig, out: Path, has_valid: bool) -> bool:
+    """Whether a finished translation run still lacks the length penalty its end chooses (the checkpoint that
+    translate uses records none, though the run has a validation split and --no-choose-alpha was not given)."""
+    if config.data.task != TRANSLATION or not config.choose_alpha or not has_valid:
+        return False
+    weights = out / "averaged.pt" if config.average_count > 1 else latest_checkpoint(out / "checkpoints")
+    try:
+        return weights is not None and "decoding" not in load_checkpoint(weights)
+    except CompanionError:
+        return False
 
 
 def _averaged_from(path: Path) -> list[str] | None:

@@ -335,3 +335,31 @@ def test_translate_at_a_real_terminal_answers_each_line_as_it_is_typed():
         if pid:  # a failed check leaves no process behind
             os.kill(pid, 9)
             os.waitpid(pid, 0)
+
+
+def test_ctrl_c_during_training_exits_130_and_says_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """An interrupted `train` ends without a traceback, with the shell's exit code for Ctrl-C, and names the
+    checkpoint that --resume goes on from (or says there is none yet)."""
+    import companion.cli as cli
+
+    out = tmp_path / "run"
+
+    def interrupted(options, command):
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        for step in (50, 100):
+            (out / "checkpoints" / f"step_{step:08d}.pt").write_bytes(b"")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "train_run", interrupted)
+    assert cli.main(["train", "--max-steps", "1000", "--out", str(out)]) == cli.EXIT_INTERRUPTED
+    error = capsys.readouterr().err
+    latest = out / "checkpoints" / "step_00000100.pt"
+    assert f"interrupted. The latest checkpoint is {latest} (step 100)" in error
+    assert f"companion train --resume --out {out}" in error and "Traceback" not in error
+
+    def interrupted_early(options, command):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "train_run", interrupted_early)
+    assert cli.main(["train", "--max-steps", "1000", "--out", str(tmp_path / "new")]) == cli.EXIT_INTERRUPTED
+    assert "holds no checkpoint yet: run the same command again" in capsys.readouterr().err

@@ -213,6 +213,20 @@ def test_hold_out_errors_stop_before_anything_is_written(flags, message, tmp_pat
     assert code == 2 and re.search(message, stderr) and run_files(out) == []
 
 
+@pytest.mark.slow
+def test_an_en_de_folder_of_ones_own_is_not_multi30k(tmp_path, capsys):
+    """A --data-dir folder in en and de without Multi30k's val files is the reader's own corpus: only its training
+    split is needed, and --hold-out makes the validation split (before, it was read as Multi30k and refused for
+    lacking val.{en,de}.gz, with Multi30k's download instructions)."""
+    data, out = tmp_path / "data", tmp_path / "run"
+    write_side_files(data, "train", "en", "de", make_pairs("en", "fr", 300, 0))  # French words stand in for German
+    given = ["--src", "en", "--tgt", "de", "--data-dir", str(data), "--cache-dir", str(tmp_path / "cache")]
+    code, stdout, stderr = train(capsys, *given, "--hold-out", "30", "--max-steps", "2", "--out", str(out))
+    assert code == 0, stderr
+    recorded = json.loads((out / "run.json").read_text())["data"]
+    assert (recorded["train"]["pairs"], recorded["valid"]["pairs"]) == (270, 30)
+
+
 def test_hold_out_is_refused_for_multi30k(tmp_path, capsys):
     assert main(["train", "--hold-out", "100", "--max-steps", "1", "--out", str(tmp_path / "run")]) == 2
     assert "Multi30k" in capsys.readouterr().err and not (tmp_path / "run").exists()
@@ -369,3 +383,26 @@ def test_the_wmt14_recipe_on_a_tiny_dataset_saved_to_disk(tmp_path):
     assert len(averaged["averaged_from"]) == 4  # the last 5 (here the 4 written) checkpoints averaged
     args = averaged["run_info"]["args"]
     assert (args["tokenizer"], args["warmup"], args["keep_last"]) == ("bpe", 2, 5)
+
+
+@pytest.mark.slow
+def test_relative_paths_are_recorded_absolute_and_changed_data_are_named(tmp_path, capsys, monkeypatch):
+    """--data-dir and --cache-dir given relative to the folder of the first command: --resume from another folder
+    finds the same data and the same token store; data changed since are named as what they are (a folder
+    here, --train files below), not "the Hugging Face hub"."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    write_side_files(work / "data", "train", "fr", "en", make_pairs("fr", "en", 200, 0))
+    elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    given = ["--src", "fr", "--tgt", "en", "--data-dir", "data", "--cache-dir", "cache", "--hold-out", "20"]
+    code, _, stderr = train(capsys, *given, "--max-steps", "2", "--out", "run")
+    assert code == 0, stderr
+    recorded = json.loads((work / "run" / "run.json").read_text())["args"]
+    assert (recorded["data_dir"], recorded["cache_dir"]) == (str(work / "data"), str(work / "cache"))
+    monkeypatch.chdir(elsewhere)
+    code, stdout, stderr = train(capsys, "--resume", "--out", str(work / "run"), "--max-steps", "3")
+    assert code == 0 and "resumed at step 2" in stdout, stderr
+    assert list(elsewhere.iterdir()) == [] and len(list((work / "cache").glob("train-*"))) == 1
+    (work / "data" / "train.fr").write_text("autre chose .\n" * 200, encoding="utf-8")
+    code, _, stderr = train(capsys, "--resume", "--out", str(work / "run"), "--max-steps", "4")
+    assert code == 2 and f"the data in {work / 'data'} are not the data this run was trained on" in stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -283,7 +284,7 @@ def test_hub_corpus_maps_split_names(monkeypatch):
         hub_corpus("wmt14", "de-en", src="de", tgt="en", splits={"train": "nope"})
 
 
-def test_hub_unreachable_fails_fast(monkeypatch):
+def test_hub_unreachable_fails_fast(monkeypatch, tmp_path):
     import datasets
 
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
@@ -296,6 +297,10 @@ def test_hub_unreachable_fails_fast(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", never)
     with pytest.raises(DataUnavailableError, match=r"wmt14 \(de-en\).*cannot be reached.*HF_DATASETS_OFFLINE"):
         hub_corpus("wmt14", "de-en", src="de", tgt="en")
+    # a mistyped save_to_disk folder reads as a hub name: the message names the folder looked for, too
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataUnavailableError, match=f"there is no folder {re.escape(repr(str(tmp_path / 'corp/hf')))}"):
+        hub_corpus("corp/hf", src="de", tgt="en")
 
 
 def test_hub_offline_without_a_cached_copy(tmp_path):

@@ -286,6 +286,25 @@ def test_encode_pairs_truncates_to_max_len(word_en):
 # -- Multi30k loading ------------------------------------------------------------------------------------------
 
 
+def test_a_folder_is_multi30k_when_it_holds_its_validation_files(tmp_path):
+    from companion.data.multi30k import is_multi30k_folder
+
+    own, real, tests = tmp_path / "own", tmp_path / "real", tmp_path / "tests"
+    for folder, names in (
+        (own, ["train.en", "train.de"]),
+        (real, ["train.en", "train.de", "val.en.gz", "val.de"]),
+        (tests, ["test_2017_flickr.en.gz", "test_2017_flickr.de.gz"]),
+    ):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_bytes(b"")
+    assert is_multi30k_folder(real, "en", "de") and is_multi30k_folder(real, "de", "en")
+    assert not is_multi30k_folder(own, "en", "de")  # a corpus of one's own: only training files
+    assert is_multi30k_folder(tests, "de", "en")  # later test sets to score a Multi30k model on
+    assert not is_multi30k_folder(real, "fr", "en")  # Multi30k has en and de only
+    assert is_multi30k_folder(tmp_path / "missing", "en", "de")  # reading it says where to get Multi30k
+
+
 def _write_split(folder: Path, stem: str, en: list[str], de: list[str]) -> None:
     for lang, lines in (("en", en), ("de", de)):
         with gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8") as handle:

@@ -163,3 +163,23 @@ def test_a_failed_choice_warns_and_leaves_the_trained_run_complete(tmp_path, cap
         assert train_words(data, out, 6, "--src", "en", "--tgt", "de") == 0
     assert "decoding" not in load_checkpoint(resolve_checkpoint(out))
     assert "stopped (max_steps) at step 6" in capsys.readouterr().out
+
+
+def test_resume_chooses_alpha_for_a_run_killed_while_choosing_it(tmp_path, capsys):
+    """A run killed after its averaged model but before alpha was recorded in it: --resume makes the choice its
+    end would have made (before: "--max-steps is not beyond it", and the choice was silently missing)."""
+    from companion.checkpoint import write_checkpoint
+
+    data, out = write_corpus(tmp_path / "data"), tmp_path / "run"
+    assert train_words(data, out, 6, "--src", "en", "--tgt", "de", "--save-every", "3", "--average-last", "2") == 0
+    capsys.readouterr()
+    averaged = out / "averaged.pt"
+    checkpoint = load_checkpoint(averaged)
+    del checkpoint["decoding"]  # as a kill during the closing choice leaves it
+    write_checkpoint(checkpoint, averaged)
+    assert train_words(data, out, 6, "--src", "en", "--tgt", "de", "--save-every", "3", "--resume") == 0
+    said = capsys.readouterr().out
+    assert "had finished training and averaging; choosing beam search's length penalty" in said
+    assert load_checkpoint(averaged)["decoding"]["chosen_on"] == "valid"
+    assert train_words(data, out, 6, "--src", "en", "--tgt", "de", "--resume") == 2  # now nothing is left to do
+    assert "is not beyond it" in capsys.readouterr().err
