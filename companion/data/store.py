@@ -29,7 +29,7 @@ import tempfile
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -158,6 +158,7 @@ def prepare_store(
     max_len: int | None = None,
     workers: int | None = None,
     chunk_pairs: int = 20_000,
+    log: Callable[[str], None] | None = None,
 ) -> TokenStore:
     """The token store of ``corpus``'s ``split``: reused if this data was stored with these tokenizers and this
     ``max_len`` before, else built (tokenization in ``workers`` processes; default: the CPU count; 1 tokenizes
@@ -165,7 +166,9 @@ def prepare_store(
 
     The ids are those of :func:`~companion.data.batching.encode_pairs` with the same ``max_len`` (each side truncated to
     ``max_len - 1`` ids, with one warning giving the count). The store lives in
-    ``cache_dir/{split}-{digest}`` (default :func:`default_cache_dir`).
+    ``cache_dir/{split}-{digest}`` (default :func:`default_cache_dir`). A reused store warns about truncation as
+    its build did. ``log`` (e.g. ``print``) hears which of the two happens, and how long a build took: tokenizing a
+    corpus of millions of pairs takes minutes.
     """
     if not isinstance(corpus, ParallelCorpus):
         raise TypeError(f"corpus must be a companion.data.corpus.ParallelCorpus, got {type(corpus).__name__}")
@@ -180,6 +183,9 @@ def prepare_store(
         try:
             store = TokenStore(final)
             if store.meta.get("key") == key:
+                if log is not None:
+                    log(f"the {split} split's token ids are in the cache: {final}")
+                _warn_truncated(split, store.meta.get("truncated_pairs", 0), store.num_pairs, max_len)
                 return store
         except DataError:
             pass
@@ -187,10 +193,15 @@ def prepare_store(
     root.mkdir(parents=True, exist_ok=True)
     _remove_abandoned_builds(root)
     building = Path(tempfile.mkdtemp(prefix=f".building-{split}-", dir=root))
+    if log is not None:
+        log(f"tokenizing the {split} split into the cache ({workers} process(es)): {final}")
     try:
         _write_json(building / "owner.json", {"host": socket.gethostname(), "pid": os.getpid()})
         chunks = _chunks(corpus.pairs(split), chunk_pairs)
         meta = _write_store(building, chunks, (src_tokenizer, tgt_tokenizer), max_len, workers)
+        _warn_truncated(split, meta["truncated_pairs"], meta["pairs"], max_len)
+        if log is not None:
+            log(f"tokenized {meta['pairs']:,} {split} pairs in {meta['build_seconds']:.1f} s")
         meta |= {"key": key, "data": identity, "split": split}
         _write_json(building / "meta.json", meta | {"complete": True})
         try:
@@ -261,12 +272,6 @@ def _write_store(
         np.save(folder / f"{side}_offsets.npy", offsets)
         sides[side] = {"dtype": dtypes[side].name, "tokens": int(offsets[-1]), "max_length": int(lens.max(initial=0))}
         num_pairs = len(lens)
-    if truncated:
-        limit = max_len - 1 if max_len is not None else None
-        warnings.warn(
-            f"prepare_store: truncated {truncated} of {num_pairs} pairs to max_len - 1 = {limit} tokens per side",
-            stacklevel=3,
-        )
     return {
         "format": STORE_FORMAT,
         "pairs": num_pairs,
@@ -280,6 +285,16 @@ def _write_store(
         "build_seconds": round(time.perf_counter() - start, 3),
         "workers": workers,
     }
+
+
+def _warn_truncated(split: str, truncated: int, pairs: int, max_len: int | None) -> None:
+    """The truncation warning of a store (built now, or reused: the same cut applies to every run that reads it)."""
+    if truncated and max_len is not None:
+        warnings.warn(
+            f"prepare_store: {split} split: truncated {truncated} of {pairs} pairs to max_len - 1 = {max_len - 1} "
+            "tokens per side (max_len is the model's: --max-len on the command line)",
+            stacklevel=4,
+        )
 
 
 def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:

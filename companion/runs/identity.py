@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import itertools
 import json
 import os
+import tempfile
+import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch.distributed as dist
 
+from .._version import __version__
 from ..data import (
     DATA_DIR_ENV,
     HeldOutCorpus,
@@ -35,6 +39,7 @@ from ..data import (
     tsv_corpus,
 )
 from ..data.corpus import HUB_SPLIT_NAMES, MULTI30K_SPLIT_STEMS
+from ..data.store import default_cache_dir
 from ..errors import DataError, RunError
 from .config import DataConfig, RunConfig
 from .sections import TRANSLATION
@@ -108,59 +113,138 @@ def build_tokenizers(
     train_pairs: Sequence[tuple[str, str]] | ParallelCorpus,
     rank: int = 0,
     world_size: int = 1,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[Any, Any]:
     """``(src_tokenizer, tgt_tokenizer)`` trained on ``train_pairs`` as ``config`` says (one shared BPE, or
     one word vocabulary per language). ``train_pairs`` may be a :class:`~companion.data.corpus.ParallelCorpus`, whose
-    training split is then streamed (never held in memory).
+    training split is then streamed (never held in memory), and whose vocabularies are kept in the cache
+    (``config.cache_dir``, beside the token stores; keyed by the data's content, the settings and the library
+    versions): learning them again from the same data gives the same vocabularies, and takes minutes on a corpus of
+    millions of pairs. ``log`` (e.g. ``print``) hears which, and how long learning took.
 
     Under ``torchrun`` rank 0 trains them and broadcasts them, so every rank holds identical vocabularies.
     """
     dicts: list[Any] = [None]
     if rank == 0:
-        src_texts: Iterable[str]
-        tgt_texts: Iterable[str]
-        if isinstance(train_pairs, ParallelCorpus):
-            corpus = train_pairs
-            both: Iterable[str] = corpus.texts("train", "both")
-            src_texts, tgt_texts = corpus.texts("train", "src"), corpus.texts("train", "tgt")
+        cached = _vocabulary_file(config, train_pairs) if isinstance(train_pairs, ParallelCorpus) else None
+        dicts = [_read_vocabularies(cached)]
+        if dicts[0] is not None:
+            if log is not None:
+                log(f"vocabularies from the cache: {cached}")
         else:
-            src_texts, tgt_texts = [s for s, _ in train_pairs], [t for _, t in train_pairs]
-            both = list(src_texts) + list(tgt_texts)
-        if config.tokenizer == "bpe":
-            shared = SubwordTokenizer.train(both, vocab_size=config.vocab_size)
-            if shared.vocab_size > config.vocab_size:
-                warnings.warn(
-                    f"--vocab-size {config.vocab_size}: the BPE vocabulary has {shared.vocab_size} "
-                    "entries, because it keeps every character of the training text (plus the 4 "
-                    "special tokens); ask for more than that to get merges",
-                    stacklevel=2,
-                )
-            dicts = [{"src": shared.to_dict(), "tgt": shared.to_dict()}]
-        else:
-            dicts = [
-                {
-                    "src": WordTokenizer.build(src_texts, config.src, min_freq=config.min_freq).to_dict(),
-                    "tgt": WordTokenizer.build(tgt_texts, config.tgt, min_freq=config.min_freq).to_dict(),
-                }
-            ]
+            started = time.perf_counter()
+            if log is not None:
+                log(f"learning the vocabularies ({_vocabulary_kind(config)}) from the training split")
+            dicts = [_learn_vocabularies(config, train_pairs)]
+            if log is not None:
+                log(f"learned the vocabularies in {time.perf_counter() - started:.1f} s")
+            if cached is not None:
+                _write_atomically(cached, json.dumps(dicts[0], ensure_ascii=False))
+        _warn_small_vocabulary(config, dicts[0])
     if world_size > 1:
         dist.broadcast_object_list(dicts, src=0)
     return tokenizer_from_dict(dicts[0]["src"]), tokenizer_from_dict(dicts[0]["tgt"])
 
 
+def _vocabulary_kind(config: DataConfig) -> str:
+    if config.tokenizer == "bpe":
+        return f"one byte-pair vocabulary of --vocab-size {config.vocab_size}"
+    return f"word vocabularies of the words seen at least --min-freq {config.min_freq} times"
+
+
+def _learn_vocabularies(config: DataConfig, train_pairs: Sequence[tuple[str, str]] | ParallelCorpus) -> dict:
+    """``{"src": dict, "tgt": dict}`` (``Tokenizer.to_dict()``) learned from the training pairs."""
+    src_texts: Iterable[str]
+    tgt_texts: Iterable[str]
+    if isinstance(train_pairs, ParallelCorpus):
+        corpus = train_pairs
+        both: Iterable[str] = corpus.texts("train", "both")
+        src_texts, tgt_texts = corpus.texts("train", "src"), corpus.texts("train", "tgt")
+    else:
+        src_texts, tgt_texts = [s for s, _ in train_pairs], [t for _, t in train_pairs]
+        both = list(src_texts) + list(tgt_texts)
+    if config.tokenizer == "bpe":
+        shared = SubwordTokenizer.train(both, vocab_size=config.vocab_size).to_dict()
+        return {"src": shared, "tgt": shared}
+    return {
+        "src": WordTokenizer.build(src_texts, config.src, min_freq=config.min_freq).to_dict(),
+        "tgt": WordTokenizer.build(tgt_texts, config.tgt, min_freq=config.min_freq).to_dict(),
+    }
+
+
+def _warn_small_vocabulary(config: DataConfig, dicts: Mapping[str, Any]) -> None:
+    size = tokenizer_from_dict(dicts["src"]).vocab_size
+    if config.tokenizer == "bpe" and size > config.vocab_size:
+        warnings.warn(
+            f"--vocab-size {config.vocab_size}: the BPE vocabulary has {size} entries, because it keeps every "
+            "character of the training text (plus the 4 special tokens); ask for more than that to get merges",
+            stacklevel=3,
+        )
+
+
+def _vocabulary_file(config: DataConfig, corpus: ParallelCorpus) -> Path:
+    """Where the vocabularies of ``corpus``'s training split with ``config``'s settings are kept."""
+    description = {
+        "data": _content_identity(corpus.identity("train")),
+        "languages": [config.src, config.tgt],
+        "tokenizer": config.tokenizer,
+        "settings": {"vocab_size": config.vocab_size} if config.tokenizer == "bpe" else {"min_freq": config.min_freq},
+        "versions": {"companion": __version__} | {name: _installed_version(name) for name in ("tokenizers", "spacy")},
+    }
+    key = hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    root = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    return root / "vocabularies" / f"{key[:32]}.json"
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _read_vocabularies(path: Path | None) -> dict | None:
+    """The kept vocabularies at ``path``, or None when there are none (or they cannot be read: learned again)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+        for side in ("src", "tgt"):
+            tokenizer_from_dict(values[side])
+        return values
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
 def build_run_data(
-    config: RunConfig, saved_tokenizers: Mapping[str, Any] | None = None, rank: int = 0, world_size: int = 1
+    config: RunConfig,
+    saved_tokenizers: Mapping[str, Any] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    log: Callable[[str], None] | None = None,
 ) -> RunData:
     """Tokenizers and training/validation batches of a run (the tokenizers of a checkpoint when resuming).
 
     Synthetic tasks draw their pairs from the run's seed (``config.train.seed``); Multi30k is read from
     ``config.data.data_dir`` (a missing folder or file is a :class:`~companion.errors.RunError`). Sentences are
-    cut to the model's ``max_len``; batches hold ``config.data.max_tokens`` tokens.
+    cut to the model's ``max_len``; batches hold ``config.data.max_tokens`` tokens. ``log`` hears the steps of
+    preparing a corpus of one's own that can take minutes (learning vocabularies, tokenizing into the cache).
     """
     data, seed, max_len = config.data, config.train.seed, config.model.max_len
     identity = None
     if data.task == TRANSLATION and not data.is_multi30k():
-        return _stored_run_data(config, saved_tokenizers, rank, world_size)
+        return _stored_run_data(config, saved_tokenizers, rank, world_size, log)
     if data.task != TRANSLATION:
         train, valid = _synthetic_splits(data, seed)
         tokenizers, vocab_sizes = None, (data.synthetic_vocab, data.synthetic_vocab)
@@ -296,7 +380,11 @@ def _stored_identity(corpus: ParallelCorpus, split: str, pairs: int) -> dict[str
 
 
 def _stored_run_data(
-    config: RunConfig, saved_tokenizers: Mapping[str, Any] | None, rank: int, world_size: int
+    config: RunConfig,
+    saved_tokenizers: Mapping[str, Any] | None,
+    rank: int,
+    world_size: int,
+    log: Callable[[str], None] | None = None,
 ) -> RunData:
     """Tokenizers (streamed from the corpus, or the checkpoint's) and token-store batches of a user's corpus.
 
@@ -310,9 +398,9 @@ def _stored_run_data(
         if saved_tokenizers is not None:
             src_tok, tgt_tok = (tokenizer_from_dict(saved_tokenizers[side]) for side in ("src", "tgt"))
         else:
-            src_tok, tgt_tok = build_tokenizers(data, corpus, rank, world_size)
+            src_tok, tgt_tok = build_tokenizers(data, corpus, rank, world_size, log)
         splits = ["train"] + (["valid"] if "valid" in corpus.splits else [])
-        stores = {split: _prepared(config, corpus, split, src_tok, tgt_tok, rank, world_size) for split in splits}
+        stores = {split: _prepared(config, corpus, split, src_tok, tgt_tok, rank, world_size, log) for split in splits}
     except (DataError, FileNotFoundError) as error:
         raise RunError(str(error)) from None
     assert data.max_tokens is not None
@@ -324,11 +412,19 @@ def _stored_run_data(
 
 
 def _prepared(
-    config: RunConfig, corpus: ParallelCorpus, split: str, src_tok: Any, tgt_tok: Any, rank: int, world_size: int
+    config: RunConfig,
+    corpus: ParallelCorpus,
+    split: str,
+    src_tok: Any,
+    tgt_tok: Any,
+    rank: int,
+    world_size: int,
+    log: Callable[[str], None] | None = None,
 ) -> Any:
-    """The token store of ``split``: built by rank 0 first, then opened (found in the cache) by the others."""
+    """The token store of ``split``: built by rank 0 first (``log`` hears how), then opened (found in the cache) by
+    the others."""
 
-    def prepare() -> Any:
+    def prepare(log: Callable[[str], None] | None = None) -> Any:
         return prepare_store(
             corpus,
             split,
@@ -337,9 +433,10 @@ def _prepared(
             cache_dir=config.data.cache_dir,
             max_len=config.model.max_len,
             workers=config.data.workers,
+            log=log,
         )
 
-    store = prepare() if rank == 0 else None
+    store = prepare(log) if rank == 0 else None
     if world_size > 1:
         dist.barrier()
     return store if store is not None else prepare()

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -87,7 +87,8 @@ def train_run(
         if world_size > 1:
             dist.barrier()  # rank 0 has cleaned the folder
         started = time.time()
-        data = build_run_data(config, checkpoint.get("tokenizers") if checkpoint else None, rank, world_size)
+        saved = checkpoint.get("tokenizers") if checkpoint else None
+        data = build_run_data(config, saved, rank, world_size, log=_say(stream) if rank == 0 else None)
         check_same_data(_recorded(checkpoint, "data"), data.identity, config.data)
         _check_accumulation(config, data)
         torch.manual_seed(config.train.seed)
@@ -172,6 +173,11 @@ def _inexact_resume(checkpoint: Mapping[str, Any], world_size: int) -> list[str]
             stacklevel=3,
         )
     return earlier + reasons
+
+
+def _say(stream: TextIO) -> Callable[[str], None]:
+    """A run's progress line on ``stream``, as ``companion train: ...``."""
+    return lambda message: print(f"companion train: {message}", file=stream, flush=True)
 
 
 def _finished(train: TrainConfig, checkpoint: Mapping[str, Any], path: Path) -> str | None:

@@ -406,3 +406,24 @@ def test_relative_paths_are_recorded_absolute_and_changed_data_are_named(tmp_pat
     (work / "data" / "train.fr").write_text("autre chose .\n" * 200, encoding="utf-8")
     code, _, stderr = train(capsys, "--resume", "--out", str(work / "run"), "--max-steps", "4")
     assert code == 2 and f"the data in {work / 'data'} are not the data this run was trained on" in stderr
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_data_says_it_reuses_the_cache(tmp_path, capsys):
+    """Preparing a corpus of one's own says what it does (learning, tokenizing: minutes on a large corpus); a
+    second run on the same data reads the vocabularies and the token ids from the cache, and says so."""
+    files = [str(p) for p in write_side_files(tmp_path / "data", "train", "fr", "en", make_pairs("fr", "en", 200, 0))]
+    given = ["--src", "fr", "--tgt", "en", "--train", *files, "--cache-dir", str(tmp_path / "cache")]
+    given += ["--max-steps", "1"]
+    code, first, stderr = train(capsys, *given, "--out", str(tmp_path / "first"))
+    assert code == 0, stderr
+    assert "companion train: learning the vocabularies (one byte-pair vocabulary" in first
+    assert "companion train: tokenizing the train split into the cache" in first
+    code, second, stderr = train(capsys, *given, "--out", str(tmp_path / "second"))
+    assert code == 0, stderr
+    assert "companion train: vocabularies from the cache" in second and "learning" not in second
+    assert "companion train: the train split's token ids are in the cache" in second
+    first_tokenizers, second_tokenizers = (
+        load_checkpoint(resolve_checkpoint(tmp_path / run))["tokenizers"] for run in ("first", "second")
+    )
+    assert first_tokenizers == second_tokenizers

@@ -106,8 +106,17 @@ def test_stored_batches_equal_make_batches(corpus, tokenizer, tmp_path):
 
 
 def test_max_len_truncates_as_encode_pairs_does(corpus, tokenizer, tmp_path):
-    with pytest.warns(UserWarning, match=r"truncated \d+ of 60 pairs to max_len - 1 = 4"):
-        store = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path, max_len=5, workers=1)
+    said: list[str] = []
+    with pytest.warns(UserWarning, match=r"train split: truncated \d+ of 60 pairs to max_len - 1 = 4"):
+        store = prepare_store(
+            corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path, max_len=5, workers=1, log=said.append
+        )
+    assert said[0] == f"tokenizing the train split into the cache (1 process(es)): {store.path}"
+    assert said[1].startswith("tokenized 60 train pairs in ")
+    # reused, the store warns again: the same cut applies to this run (before, only its build warned)
+    with pytest.warns(UserWarning, match=f"truncated {store.meta['truncated_pairs']} of 60 pairs"):
+        again = prepare_store(corpus, "train", tokenizer, tokenizer, cache_dir=tmp_path, max_len=5, log=said.append)
+    assert again.path == store.path and said[2] == f"the train split's token ids are in the cache: {store.path}"
     with pytest.warns(UserWarning, match="truncated"):
         reference = encode_pairs(list(corpus.pairs("train")), tokenizer, tokenizer, max_len=5)
     assert [store.pair(i) for i in range(len(store))] == [(list(s), list(t)) for s, t in reference]
