@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import latest_checkpoint, list_checkpoints
@@ -30,22 +30,34 @@ _CHECKPOINT_LEFTOVERS = ".step_*.pt.*.tmp"
 @dataclass
 class RunFolder:
     """A prepared output folder: its path, the checkpoint to resume from (None: a fresh run) and the lock that
-    this process holds on it (None on the other processes of a ``torchrun`` job). ``release()`` drops the lock."""
+    this process holds on it (None on the other processes of a ``torchrun`` job); ``created``: the run made the
+    folder. ``release()`` drops the lock."""
 
     path: Path
     resume_from: Path | None
     lock: RunFolderLock | None
+    created: bool = False
+    _discarded: bool = field(default=False, repr=False)
 
     def release(self) -> None:
-        """Release the folder's lock, if this run holds it."""
+        """Release the folder's lock, if this run holds it; a folder that the run made and then discarded
+        (:meth:`discard_unstarted_run`) goes too, when nothing else was put into it meanwhile."""
         if self.lock is not None:
             self.lock.release()
+            if self._discarded and self.created:
+                for folder in (self.path / "checkpoints", self.path):
+                    try:
+                        folder.rmdir()  # only an empty folder: anything else in it stays, and so does it
+                    except OSError:
+                        pass
 
     def discard_unstarted_run(self) -> None:
         """Delete what a fresh run wrote (its record, its log) when it ended before its first checkpoint, so that
-        nothing blocks a retry into the same folder. Does nothing once a checkpoint exists."""
+        nothing blocks a retry into the same folder (and nothing is left of a folder it made). Does nothing once a
+        checkpoint exists."""
         if self.resume_from is None and self.lock is not None and not list_checkpoints(self.path / "checkpoints"):
             _delete(run_files(self.path))
+            self._discarded = True
 
 
 def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_main: bool = True) -> RunFolder:
@@ -57,10 +69,11 @@ def prepare_out_dir(out: str | os.PathLike, resume: bool, overwrite: bool, is_ma
     ``RunFolder.release()``; a second run into the same folder gets :class:`~companion.errors.RunLockedError`.
     """
     out = Path(out)
+    created = not out.exists()
     _check_request(out, resume, overwrite)
     lock = _lock(out) if is_main else None
     try:
-        return RunFolder(out, _claim(out, resume, overwrite, is_main), lock)
+        return RunFolder(out, _claim(out, resume, overwrite, is_main), lock, created=created)
     except BaseException:
         if lock is not None:
             lock.release()

@@ -210,7 +210,7 @@ def test_hold_out_errors_stop_before_anything_is_written(flags, message, tmp_pat
     flags = [word for flag in flags for word in (files if flag == "VALID" else [flag])]
     given = ["--src", "fr", "--tgt", "en", "--train", *files, "--cache-dir", str(tmp_path / "cache")]
     code, _, stderr = train(capsys, *given, *flags, "--max-steps", "2", "--out", str(out))
-    assert code == 2 and re.search(message, stderr) and run_files(out) == []
+    assert code == 2 and re.search(message, stderr) and not out.exists()
 
 
 @pytest.mark.slow
@@ -256,7 +256,16 @@ def test_mismatched_line_counts_name_the_files_and_the_line(tmp_path, capsys):
                             "--cache-dir", str(tmp_path / "cache"), "--out", str(out))  # fmt: skip
     assert code == 2
     assert str(src) in stderr and str(tgt) in stderr and "line 8" in stderr
-    assert not (out / "run.json").exists() and not list(out.glob("checkpoints/*.pt"))
+    assert not out.exists()  # the run made the folder, and leaves none behind
+
+
+def test_a_folder_that_held_other_files_stays(tmp_path, capsys):
+    """A failed start removes only what the run made: a folder the reader made, or one holding other files, stays."""
+    src, tgt = write_side_files(tmp_path / "data", "train", "fr", "en", [])
+    given = ["--src", "fr", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1"]
+    (tmp_path / "mine").mkdir()
+    code, _, _ = train(capsys, *given, "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "mine"))
+    assert code == 2 and (tmp_path / "mine").is_dir() and run_files(tmp_path / "mine") == []
 
 
 def test_empty_corpus_is_an_error(tmp_path, capsys):
@@ -264,7 +273,7 @@ def test_empty_corpus_is_an_error(tmp_path, capsys):
     code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
                             "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run"))  # fmt: skip
     assert code == 2 and "no sentence pair" in stderr
-    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "run").exists()
 
 
 def test_language_spacy_does_not_know(tmp_path, capsys):
@@ -300,7 +309,7 @@ def test_dataset_without_the_requested_languages(tmp_path, capsys):
     code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--hf-dataset", str(folder), "--max-steps", "1",
                             "--out", str(tmp_path / "run"))  # fmt: skip
     assert code == 2 and "'fr'" in stderr and "['de', 'en']" in stderr
-    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "run").exists()
 
 
 def test_evaluate_refuses_a_checkpoint_without_languages(tmp_path, capsys):
