@@ -357,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_command(args, argv, sys.stdin, sys.stdout)
     except CompanionError as error:
-        print(f"companion {args.command}: error: {error}", file=sys.stderr)
+        if not getattr(error, "reported", False):  # (under torchrun, rank 0 may have said it for every rank)
+            print(f"companion {args.command}: error: {error}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = default_format

@@ -8,6 +8,7 @@ import importlib.metadata
 import itertools
 import json
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -40,7 +41,7 @@ from ..data import (
 )
 from ..data.corpus import HUB_SPLIT_NAMES, MULTI30K_SPLIT_STEMS
 from ..data.store import default_cache_dir
-from ..errors import DataError, RunError
+from ..errors import CompanionError, DataError, RunError
 from .config import DataConfig, RunConfig
 from .sections import TRANSLATION
 
@@ -124,26 +125,56 @@ def build_tokenizers(
 
     Under ``torchrun`` rank 0 trains them and broadcasts them, so every rank holds identical vocabularies.
     """
-    dicts: list[Any] = [None]
-    if rank == 0:
-        cached = _vocabulary_file(config, train_pairs) if isinstance(train_pairs, ParallelCorpus) else None
-        dicts = [_read_vocabularies(cached)]
-        if dicts[0] is not None:
-            if log is not None:
-                log(f"vocabularies from the cache: {cached}")
-        else:
-            started = time.perf_counter()
-            if log is not None:
-                log(f"learning the vocabularies ({_vocabulary_kind(config)}) from the training split")
-            dicts = [_learn_vocabularies(config, train_pairs)]
-            if log is not None:
-                log(f"learned the vocabularies in {time.perf_counter() - started:.1f} s")
-            if cached is not None:
-                _write_atomically(cached, json.dumps(dicts[0], ensure_ascii=False))
-        _warn_small_vocabulary(config, dicts[0])
+    dicts = [_on_rank_zero(lambda: _vocabularies(config, train_pairs, log), rank, world_size)]
     if world_size > 1:
         dist.broadcast_object_list(dicts, src=0)
     return tokenizer_from_dict(dicts[0]["src"]), tokenizer_from_dict(dicts[0]["tgt"])
+
+
+def _on_rank_zero(work: Callable[[], Any], rank: int, world_size: int) -> Any:
+    """``work()`` on rank 0 (None on the others). Under ``torchrun`` the outcome reaches every rank: a failure of
+    rank 0 (bad data) is said once, by rank 0, before any process stops (torchrun ends the others as soon as one
+    exits), then raised on every rank as a RunError marked ``reported``; before, the other ranks died in their
+    next collective operation with a transport error (a gloo traceback) that buried it."""
+    result: Any = None
+    failure: list[str | None] = [None]
+    if rank == 0:
+        try:
+            result = work()
+        except (CompanionError, FileNotFoundError) as error:
+            if world_size == 1:
+                raise
+            failure = [str(error)]
+            print(f"companion train: error: {error}", file=sys.stderr, flush=True)
+    if world_size > 1:
+        dist.broadcast_object_list(failure, src=0)
+        if failure[0] is not None:
+            reported = RunError(failure[0])
+            reported.reported = True  # type: ignore[attr-defined]
+            raise reported
+    return result
+
+
+def _vocabularies(
+    config: DataConfig, train_pairs: Sequence[tuple[str, str]] | ParallelCorpus, log: Callable[[str], None] | None
+) -> dict:
+    """The vocabularies' dicts, from the cache (corpora of one's own) or learned now."""
+    cached = _vocabulary_file(config, train_pairs) if isinstance(train_pairs, ParallelCorpus) else None
+    values = _read_vocabularies(cached)
+    if values is not None:
+        if log is not None:
+            log(f"vocabularies from the cache: {cached}")
+    else:
+        started = time.perf_counter()
+        if log is not None:
+            log(f"learning the vocabularies ({_vocabulary_kind(config)}) from the training split")
+        values = _learn_vocabularies(config, train_pairs)
+        if log is not None:
+            log(f"learned the vocabularies in {time.perf_counter() - started:.1f} s")
+        if cached is not None:
+            _write_atomically(cached, json.dumps(values, ensure_ascii=False))
+    _warn_small_vocabulary(config, values)
+    return values
 
 
 def _vocabulary_kind(config: DataConfig) -> str:
@@ -436,9 +467,7 @@ def _prepared(
             log=log,
         )
 
-    store = prepare(log) if rank == 0 else None
-    if world_size > 1:
-        dist.barrier()
+    store = _on_rank_zero(lambda: prepare(log), rank, world_size)  # the others wait, then open what it built
     return store if store is not None else prepare()
 
 

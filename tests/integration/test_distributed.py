@@ -133,3 +133,32 @@ def test_each_rank_takes_its_share_of_the_rows():
     trainer.world_size, trainer.rank = 8, 7  # fewer rows than ranks: a zero-weight dummy row
     _, weight = trainer._local_share(batch)
     assert weight == 0.0
+
+
+@pytest.mark.slow
+def test_bad_data_under_torchrun_is_said_once_without_a_transport_traceback(tmp_path):
+    """Rank 0 finds the data bad while the other ranks wait for its vocabularies: every rank stops with the same
+    error, which is printed once (before: rank 1's gloo "Connection closed by peer" traceback came first, then
+    rank 0's message, and a refusal was printed once per rank)."""
+    src, tgt = tmp_path / "train.fr", tmp_path / "train.en"
+    src.write_text("".join(f"le chat {i} .\n" for i in range(30)), encoding="utf-8")
+    tgt.write_text("".join(f"the cat {i} .\n" for i in range(29)), encoding="utf-8")  # one line short
+    command = [*_torchrun(2), "-m", "companion", "train", "--src", "fr", "--tgt", "en", "--train", str(src), str(tgt)]
+    command += [
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "2",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    command += ["--cache-dir", str(tmp_path / "cache")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode != 0
+    said = result.stdout + result.stderr
+    assert said.count("companion train: error:") == 1 and "line-aligned" in said, said[-3000:]
+    assert "gloo" not in said.lower() and "Connection closed" not in said, said[-3000:]
