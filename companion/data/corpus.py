@@ -369,8 +369,8 @@ class HeldOutCorpus(ParallelCorpus):
             return self._corpus.describe(split)
         whole = self._corpus.describe("train")
         if split == "valid":
-            return f"{self._count:,} pairs held out from {whole}"
-        return f"{whole} without the {self._count:,} pairs held out for validation"
+            return f"{_pairs(self._count)} held out from {whole}"
+        return f"{whole} without the {_pairs(self._count)} held out for validation"
 
     def __repr__(self) -> str:
         return f"HeldOutCorpus({self._corpus!r}, count={self._count})"
@@ -443,10 +443,16 @@ def tsv_corpus(
     return FileCorpus(src, tgt, sources)
 
 
+def _pairs(count: int) -> str:
+    return f"{count:,} pair" + ("" if count == 1 else "s")
+
+
 def _existing_file(name: str, path: object) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a file path, got {type(path).__name__}")
     path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"{name}: {str(path)!r} is a folder, not a data file")
     if not path.is_file():
         raise FileNotFoundError(f"{name}: data file {str(path)!r} does not exist")
     return path

@@ -8,6 +8,7 @@ import importlib.metadata
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -340,7 +341,14 @@ def _source_corpus(data: DataConfig) -> ParallelCorpus:
             raise RunError("no data: give --data-dir DIR, --train SRC_FILE TGT_FILE or --hf-dataset NAME")
         return folder_corpus(folder, src, tgt, _split_names(data, MULTI30K_SPLIT_STEMS))
     except (FileNotFoundError, ValueError, TypeError) as error:
-        raise RunError(str(error)) from None
+        raise RunError(_with_flag_names(str(error))) from None
+
+
+def _with_flag_names(message: str) -> str:
+    """A corpus message in the command line's words: ``train[0]`` (the first file of the training split) reads
+    ``--train (its first file)``."""
+    order = {"0": "first", "1": "second"}
+    return re.sub(r"\b(train|valid|test)\[([01])\]", lambda m: f"--{m[1]} (its {order[m[2]]} file)", message)
 
 
 def _split_names(data: DataConfig, defaults: Mapping[str, str]) -> dict[str, str]:

@@ -318,6 +318,11 @@ def _check_files(config: DataConfig, name: str) -> None:
         )
     if len(files) > 2:
         raise ConfigError(f"{flag} takes SRC_FILE TGT_FILE (two files), got {len(files)}")
+    if len(files) == 2 and all(f.endswith(_DATA_FILE_SUFFIXES) for f in files):
+        raise ConfigError(
+            f"{flag} takes SRC_FILE TGT_FILE (line-aligned text files) or one file that holds both sides "
+            f"({', '.join(_DATA_FILE_SUFFIXES)}), got two such files: {value[0]!r}, {value[1]!r}"
+        )
     setattr(config, name, files)
 
 

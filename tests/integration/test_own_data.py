@@ -268,6 +268,16 @@ def test_a_folder_that_held_other_files_stays(tmp_path, capsys):
     assert code == 2 and (tmp_path / "mine").is_dir() and run_files(tmp_path / "mine") == []
 
 
+def test_a_missing_file_or_a_folder_given_as_a_file_is_named_by_its_flag(tmp_path, capsys):
+    src, _ = write_side_files(tmp_path / "data", "train", "fr", "en", make_pairs("fr", "en", 10, 0))
+    given = ["--src", "fr", "--tgt", "en", "--max-steps", "1", "--out", str(tmp_path / "run"), "--train"]
+    code, _, stderr = train(capsys, *given, str(src), str(tmp_path / "nowhere.en"))
+    missing = str(tmp_path / "nowhere.en")
+    assert code == 2 and f"--train (its second file): data file {missing!r} does not exist" in stderr
+    code, _, stderr = train(capsys, *given, str(tmp_path / "data"), str(src))
+    assert code == 2 and f"--train (its first file): {str(tmp_path / 'data')!r} is a folder, not a data file" in stderr
+
+
 def test_empty_corpus_is_an_error(tmp_path, capsys):
     src, tgt = write_side_files(tmp_path / "data", "train", "fr", "en", [])
     code, _, stderr = train(capsys, "--src", "fr", "--tgt", "en", "--train", str(src), str(tgt), "--max-steps", "1",
@@ -294,6 +304,7 @@ def test_language_spacy_does_not_know(tmp_path, capsys):
         (["--src", "fr", "--tgt", "en", "--train", "a.txt"], "SRC_FILE TGT_FILE"),
         (["--src", "fr", "--tgt", "en", "--valid", "a", "b"], "need --train files"),
         (["--test-split", "x"], "--data-dir or --hf-dataset"),
+        (["--src", "fr", "--tgt", "en", "--train", "a.tsv", "b.tsv"], "or one file that holds both sides"),
     ],
 )
 def test_bad_source_flags(tmp_path, capsys, args, message):
