@@ -396,9 +396,13 @@ class ModelOptions:
                 src_vocab_size, tgt_vocab_size, share_embeddings=share_embeddings, tie_output=True, **self._settings()
             )
         except (ValueError, TypeError) as error:
-            raise ConfigError(
-                f"invalid model options (--d-model, --heads, --layers, --decoder-layers, --d-ff, --dropout): {error}"
-            ) from None
+            # the model's message names its fields; say them as the command line does: d_model (--d-model)
+            message = re.sub(
+                r"\b(" + "|".join(f.name for f in dataclasses.fields(ModelOptions)) + r")\b(?![=(])",
+                lambda m: label(ModelOptions, m[1]),
+                str(error),
+            )
+            raise ConfigError(f"invalid model options: {message}") from None
 
     def _settings(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -58,7 +58,8 @@ def test_a_value_is_checked_by_the_class_that_declares_it_and_named_by_field_and
         RunConfig.from_options({"max_steps": 1, "label_smoothing": 1.5})
     with pytest.raises(ConfigError, match=re.escape("vocab_size (--vocab-size) must be an integer >= 5")):
         DataConfig(vocab_size=4)
-    with pytest.raises(ConfigError, match="invalid model options .*d_model must be divisible by num_heads"):
+    message = "invalid model options: d_model (--d-model) must be divisible by num_heads (--heads), got d_model=30"
+    with pytest.raises(ConfigError, match=re.escape(message)):  # the model's rule, in the command line's words
         ModelOptions(d_model=30, num_heads=4, num_encoder_layers=1, d_ff=8, dropout=0.0, norm_first=False)
 
 
@@ -164,12 +165,12 @@ def test_inf_nan_and_absurd_float_options_are_refused_everywhere(field, flag, ab
         ("--max-minutes", "inf", r"\(--max-minutes\) must be a finite number"),
         ("--save-every-minutes", "nan", r"\(--save-every-minutes\) must be a finite number"),
         ("--clip-grad", "-1", r"\(--clip-grad\) must be a positive number"),
-        ("--dropout", "1.0", r"dropout must be"),
+        ("--dropout", "1.0", r"dropout \(--dropout\) must be"),
         ("--label-smoothing", "nan", r"\(--label-smoothing\) must be a finite number"),
         ("--max-steps", "0", r"\(--max-steps\) must be a positive integer"),
         ("--seed", "-1", r"\(--seed\) must be an integer in \[0, 4294967295\]"),
         ("--synthetic-vocab", "4", r"\(--synthetic-vocab\) must be an integer >= 5"),
-        ("--heads", "3", "d_model must be divisible by num_heads"),
+        ("--heads", "3", r"d_model \(--d-model\) must be divisible by num_heads \(--heads\)"),
         ("--decoder-layers", "0", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
         ("--decoder-layers", "-2", r"num_decoder_layers \(--decoder-layers\) must be a positive integer"),
         ("--layers", "0", r"num_encoder_layers \(--layers\) must be a positive integer"),  # it sets the decoder's too
