@@ -343,8 +343,9 @@ def _resume_hint(out: str | None) -> str:
         return f"{out} holds no checkpoint yet: run the same command again to start over."
     step = int(latest.stem.split("_")[1])
     return (
-        f"The latest checkpoint is {latest} (step {step:,}); the steps after it are lost. Go on from it with "
-        f"companion train --resume --out {out} (and the limits you want)."
+        f"The latest checkpoint is {latest} (step {step:,}). Go on from it with companion train --resume --out "
+        f"{out}: it trains again any steps made after it, or completes a run that had finished training (its "
+        "averaged model, its alpha)."
     )
 
 

@@ -96,19 +96,17 @@ def _check_language_pair(src: object, tgt: object) -> None:
 def is_multi30k_folder(folder: str | os.PathLike, src: str, tgt: str) -> bool:
     """Whether ``folder`` is read as Multi30k for ``src``/``tgt``: the languages are en and de, and the folder is not
     a training corpus of one's own, i.e. one that holds training files (``train.en``, ``train.de``, plain or
-    ``.gz``) but not Multi30k's validation files (``val.en``, ``val.de``); of such a corpus only the training split
-    is needed. A missing folder is Multi30k (reading it says where to get the data), and so is a folder of test
-    sets alone (e.g. the later ones, ``MULTI30K_UNSEEN_TESTS``, to score a Multi30k model on)."""
+    ``.gz``) and no validation file of Multi30k's (``val.en``, ``val.de``: one of the two is enough to make it
+    Multi30k, whose reading then names the other as missing); of such a corpus only the training split is needed.
+    A missing folder is Multi30k (reading it says where to get the data), and so is a folder of test sets alone
+    (e.g. the later ones, ``MULTI30K_UNSEEN_TESTS``, to score a Multi30k model on)."""
     if {src, tgt} != set(MULTI30K_LANGUAGES):
         return False
     path = Path(folder)
     if not path.is_dir():
         return True
-
-    def holds(split: str) -> bool:
-        return all(_find_file(path, _SPLIT_FILES[split], lang) for lang in (src, tgt))
-
-    return holds("valid") or not holds("train")
+    holds_train = all(_find_file(path, _SPLIT_FILES["train"], lang) for lang in (src, tgt))
+    return not holds_train or any(_find_file(path, _SPLIT_FILES["valid"], lang) for lang in (src, tgt))
 
 
 def _find_file(folder: Path, stem: str, language: str) -> Path | None:

@@ -241,7 +241,9 @@ class RunConfig:
         conflicts = [
             f"{_as_typed(name, value)} (the run used {recorded.get(name)!r})"
             for name, value in given.items()
-            if name in _OPTIONS and not option_spec(_OPTIONS[name][1]).resumable and value != recorded.get(name)
+            if name in _OPTIONS
+            and not option_spec(_OPTIONS[name][1]).resumable
+            and _as_recorded(name, value) != recorded.get(name)
         ]
         if conflicts:
             raise RunError(
@@ -250,6 +252,14 @@ class RunConfig:
                 + ". Start a new run (another --out, or --overwrite) to change them."
             )
         return cls.from_options({**_known(recorded), **given, "resume": True})
+
+
+def _as_recorded(name: str, value: Any) -> Any:
+    """A given option's value as the run record holds it: a --hf-dataset folder as its absolute path (the record
+    keeps folders absolute; DataConfig makes them so), so that repeating a command with --resume matches."""
+    if name == "hf_dataset" and isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
+        return os.path.abspath(value)
+    return value
 
 
 # The most threads --threads may ask for: more than a few per core only slows PyTorch down, and a very large

@@ -12,6 +12,7 @@ import re
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -81,9 +82,11 @@ def data_identity(splits: Mapping[str, Sequence[tuple[str, str]]]) -> dict[str, 
     return identity
 
 
-def check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None, data: DataConfig) -> None:
-    """RunError if a resumed run's data (``data`` names where they come from) differ from the data its checkpoint
-    recorded."""
+def check_same_data(
+    recorded: Mapping[str, Any] | None, current: Mapping[str, Any] | None, data: DataConfig | str | None
+) -> None:
+    """RunError if a resumed run's data (``data`` names where they come from: the run's DataConfig, or, as before
+    0.3, its data folder) differ from the data its checkpoint recorded."""
     if not recorded or current is None:
         return  # a run recorded before data identities were kept, or a synthetic task (drawn from the seed)
     differing = [
@@ -94,10 +97,15 @@ def check_same_data(recorded: Mapping[str, Any] | None, current: Mapping[str, An
     ]
     if differing:
         raise RunError(
-            f"--resume: the data in {data_source(data)} are not the data this run was trained on ("
+            f"--resume: the data in {data_source(data) if isinstance(data, DataConfig) else _folder_words(data)} "
+            "are not the data this run was trained on ("
             + "; ".join(differing)
             + "). Resuming would not continue the same run: restore the data the run used, or start a new run."
         )
+
+
+def _folder_words(folder: str | None) -> str:
+    return folder or os.environ.get(DATA_DIR_ENV) or "the Hugging Face hub (bentrevett/multi30k)"
 
 
 def data_source(data: DataConfig) -> str:
@@ -106,8 +114,7 @@ def data_source(data: DataConfig) -> str:
         return "the --train files (" + " and ".join(data.train_files) + ")"
     if data.hf_dataset:
         return f"the dataset {data.hf_dataset}" + (f" ({data.hf_config})" if data.hf_config else "")
-    folder = data.data_dir or os.environ.get(DATA_DIR_ENV)
-    return folder or "the Hugging Face hub (bentrevett/multi30k)"
+    return _folder_words(data.data_dir)
 
 
 def build_tokenizers(
@@ -147,6 +154,12 @@ def _on_rank_zero(work: Callable[[], Any], rank: int, world_size: int) -> Any:
                 raise
             failure = [str(error)]
             print(f"companion train: error: {error}", file=sys.stderr, flush=True)
+        except Exception as error:  # a bug or an OS failure: its traceback, then every rank stops
+            if world_size == 1:
+                raise
+            traceback.print_exc()
+            failure = [f"rank 0 failed ({type(error).__name__}: {error})"]
+            print(f"companion train: error: {failure[0]}", file=sys.stderr, flush=True)
     if world_size > 1:
         dist.broadcast_object_list(failure, src=0)
         if failure[0] is not None:
@@ -173,7 +186,10 @@ def _vocabularies(
         if log is not None:
             log(f"learned the vocabularies in {time.perf_counter() - started:.1f} s")
         if cached is not None:
-            _write_atomically(cached, json.dumps(values, ensure_ascii=False))
+            try:
+                _write_atomically(cached, json.dumps(values, ensure_ascii=False))
+            except OSError as error:  # a cache that cannot be written costs the next run time, not this one its data
+                warnings.warn(f"the vocabularies could not be kept in the cache ({error})", stacklevel=2)
     _warn_small_vocabulary(config, values)
     return values
 
@@ -348,7 +364,8 @@ def _with_flag_names(message: str) -> str:
     """A corpus message in the command line's words: ``train[0]`` (the first file of the training split) reads
     ``--train (its first file)``."""
     order = {"0": "first", "1": "second"}
-    return re.sub(r"\b(train|valid|test)\[([01])\]", lambda m: f"--{m[1]} (its {order[m[2]]} file)", message)
+    message = re.sub(r"\b(train|valid|test)\[([01])\]", lambda m: f"--{m[1]} (its {order[m[2]]} file)", message)
+    return re.sub(r"^(train|valid|test):", r"--\1:", message)  # one file holding both sides (.tsv, .jsonl)
 
 
 def _split_names(data: DataConfig, defaults: Mapping[str, str]) -> dict[str, str]:
@@ -476,7 +493,11 @@ def _prepared(
         )
 
     store = _on_rank_zero(lambda: prepare(log), rank, world_size)  # the others wait, then open what it built
-    return store if store is not None else prepare()
+    if store is not None:
+        return store
+    with warnings.catch_warnings():  # rank 0 has said what the store's build says (its truncation), once
+        warnings.simplefilter("ignore")
+        return prepare()
 
 
 def evaluation_pairs(data: DataConfig, split: str, data_dir: str | None = None) -> list[tuple[str, str]]:

@@ -381,9 +381,17 @@ def _pairs_to_score(config: ScoringOptions, run_info: dict[str, Any], src: str, 
     data = DataConfig(**{k: v for k, v in args.items() if k in _DATA_FIELDS} | {"src": src, "tgt": tgt})
     data_dir = config.data_dir
     if data.is_multi30k() and data_dir is None:
+        gone = data.data_dir and not Path(data.data_dir).is_dir()
+        if gone and "valid" not in (run_info.get("data") or {"valid": None}):
+            # Multi30k has a validation split, and every run on it records one: this run read a folder of its own
+            # en/de files (no val files), which is gone; never score Multi30k in its place
+            raise RunError(
+                f"the run's data folder {data.data_dir} is gone; pass --data-dir DIR where its files are now, or "
+                "score files with --src-file F --ref-file R"
+            )
         if os.environ.get(DATA_DIR_ENV):
             data_dir = os.environ[DATA_DIR_ENV]
-        elif data.data_dir and not Path(data.data_dir).is_dir():
+        elif gone:
             data = dataclasses.replace(data, data_dir=None)  # the recorded folder is gone: the hub
     pairs = evaluation_pairs(data, config.split, data_dir)
     name = "test_2016_flickr" if config.split == "test" and data.is_multi30k() else config.split

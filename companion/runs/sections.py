@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._validation import check_integer
-from ..data.multi30k import is_multi30k_folder
+from ..data.multi30k import DATA_DIR_ENV, is_multi30k_folder
 from ..errors import ConfigError
 from ..model import TransformerConfig
 from ..options import check_declared, flag_of, label, option
@@ -234,7 +234,7 @@ class DataConfig:
         splits = [flag_of(DataConfig, n) for n in ("train_split", "valid_split", "test_split") if getattr(self, n)]
         if splits and not (self.data_dir or self.hf_dataset):
             raise ConfigError(f"{', '.join(splits)} name(s) the splits of --data-dir or --hf-dataset; give one")
-        if self.hold_out and self.is_multi30k():
+        if self.hold_out and self._reads_multi30k_with_its_validation():
             raise ConfigError(
                 "--hold-out is for data without a validation split; Multi30k (the default data, or a folder of en "
                 "and de files with its val.{en,de}) is read with its own; give other files with --train "
@@ -258,7 +258,28 @@ class DataConfig:
             return False
         if self.train_split or self.valid_split or self.test_split:
             return False
-        return self.data_dir is None or is_multi30k_folder(self.data_dir, self.src, self.tgt)
+        if self.hold_out:  # a validation split made from the training data: a corpus of one's own, wherever it is
+            return False
+        folder = self._folder()
+        return folder is None or is_multi30k_folder(folder, self.src, self.tgt)
+
+    def _folder(self) -> str | None:
+        """The folder the data come from when no other source is given: --data-dir, else (in en and de, the
+        languages of Multi30k) $COMPANION_DATA_DIR."""
+        if self.data_dir or {self.src, self.tgt} != {"en", "de"}:
+            return self.data_dir
+        return os.environ.get(DATA_DIR_ENV) or None
+
+    def _reads_multi30k_with_its_validation(self) -> bool:
+        """Whether the data are Multi30k with its own validation split: no source given, or an existing en/de folder
+        that :func:`~companion.data.multi30k.is_multi30k_folder` takes for Multi30k (a folder gone since a run
+        recorded it is not judged here: reading it says so)."""
+        if self.task != TRANSLATION or self.train_files or self.hf_dataset:
+            return False
+        folder = self._folder()
+        if folder is None:
+            return not self.data_dir
+        return os.path.isdir(folder) and is_multi30k_folder(folder, self.src, self.tgt)
 
     def shares_vocabulary(self) -> bool:
         """Whether one vocabulary serves both languages (a shared BPE), so that the embeddings can be shared."""

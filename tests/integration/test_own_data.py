@@ -447,3 +447,50 @@ def test_a_second_run_on_the_same_data_says_it_reuses_the_cache(tmp_path, capsys
         load_checkpoint(resolve_checkpoint(tmp_path / run))["tokenizers"] for run in ("first", "second")
     )
     assert first_tokenizers == second_tokenizers
+
+
+@pytest.mark.slow
+def test_an_own_en_de_run_is_read_as_its_own_data_later_too(tmp_path, capsys, monkeypatch):
+    """What a run of one's own en/de files is does not change when its folder moves: a --hold-out run is evaluated
+    on the held-out pairs from the new --data-dir, and a run without one is never scored on Multi30k in its place
+    (its folder gone, evaluate says so, even with $COMPANION_DATA_DIR naming Multi30k)."""
+    pairs = make_pairs("en", "fr", 200, 0)  # French words stand in for German
+    for name, extra in (("held", ["--hold-out", "20"]), ("plain", [])):
+        folder = tmp_path / name
+        write_side_files(folder, "train", "en", "de", pairs)
+        write_side_files(folder, "test_2016_flickr", "en", "de", pairs[:5])
+        out = tmp_path / f"run-{name}"
+        given = ["--src", "en", "--tgt", "de", "--data-dir", str(folder), "--cache-dir", str(tmp_path / "cache")]
+        code, _, stderr = train(capsys, *given, *extra, "--max-steps", "1", "--no-choose-alpha", "--out", str(out))
+        assert code == 0, stderr
+        folder.rename(tmp_path / f"{name}-moved")
+    result = evaluate(capsys, "--checkpoint", str(tmp_path / "run-held"), "--split", "valid",
+                      "--data-dir", str(tmp_path / "held-moved"))  # fmt: skip
+    assert result["sentences"] == 20
+    monkeypatch.setenv("COMPANION_DATA_DIR", str(tmp_path / "nowhere"))
+    code = main(["evaluate", "--checkpoint", str(tmp_path / "run-plain"), "--split", "test", "--device", "cpu"])
+    assert code == 2 and f"the run's data folder {tmp_path / 'plain'} is gone" in capsys.readouterr().err
+    result = evaluate(capsys, "--checkpoint", str(tmp_path / "run-plain"), "--split", "test",
+                      "--data-dir", str(tmp_path / "plain-moved"))  # fmt: skip
+    assert result["sentences"] == 5
+
+
+@pytest.mark.slow
+def test_an_own_en_de_folder_named_by_the_environment_and_a_dataset_folder_resume(tmp_path, capsys, monkeypatch):
+    """$COMPANION_DATA_DIR naming a folder of one's own en/de files is read like --data-dir (--hold-out works);
+    a run on a save_to_disk folder given by a relative path resumes with the same command plus --resume."""
+    own = tmp_path / "own"
+    write_side_files(own, "train", "en", "de", make_pairs("en", "fr", 200, 0))
+    monkeypatch.setenv("COMPANION_DATA_DIR", str(own))
+    given = ["--src", "en", "--tgt", "de", "--cache-dir", str(tmp_path / "cache"), "--no-choose-alpha"]
+    code, _, stderr = train(capsys, *given, "--hold-out", "20", "--max-steps", "1", "--out", str(tmp_path / "env"))
+    assert code == 0, stderr
+    datasets = pytest.importorskip("datasets")
+    rows = [{"translation": {"fr": s, "en": t}} for s, t in make_pairs("fr", "en", 100, 0)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "saved"))
+    monkeypatch.chdir(tmp_path)
+    command = ["--src", "fr", "--tgt", "en", "--hf-dataset", "saved", "--hold-out", "10", "--out", "hf", *given[4:]]
+    code, _, stderr = train(capsys, *command, "--cache-dir", "cache", "--max-steps", "1")
+    assert code == 0, stderr
+    code, stdout, stderr = train(capsys, *command, "--cache-dir", "cache", "--max-steps", "2", "--resume")
+    assert code == 0 and "resumed at step 1" in stdout, stderr

@@ -301,6 +301,8 @@ def test_a_folder_is_multi30k_when_it_holds_its_validation_files(tmp_path):
     assert is_multi30k_folder(real, "en", "de") and is_multi30k_folder(real, "de", "en")
     assert not is_multi30k_folder(own, "en", "de")  # a corpus of one's own: only training files
     assert is_multi30k_folder(tests, "de", "en")  # later test sets to score a Multi30k model on
+    (own / "val.en").write_bytes(b"")  # one of Multi30k's val files: Multi30k, whose reading names val.de missing
+    assert is_multi30k_folder(own, "en", "de")
     assert not is_multi30k_folder(real, "fr", "en")  # Multi30k has en and de only
     assert is_multi30k_folder(tmp_path / "missing", "en", "de")  # reading it says where to get Multi30k
 
