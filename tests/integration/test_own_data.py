@@ -276,6 +276,8 @@ def test_a_missing_file_or_a_folder_given_as_a_file_is_named_by_its_flag(tmp_pat
     assert code == 2 and f"--train (its second file): data file {missing!r} does not exist" in stderr
     code, _, stderr = train(capsys, *given, str(tmp_path / "data"), str(src))
     assert code == 2 and f"--train (its first file): {str(tmp_path / 'data')!r} is a folder, not a data file" in stderr
+    code, _, stderr = train(capsys, *given, str(tmp_path / "nowhere.tsv"))
+    assert code == 2 and f"--train: data file {str(tmp_path / 'nowhere.tsv')!r} does not exist" in stderr
 
 
 def test_empty_corpus_is_an_error(tmp_path, capsys):

@@ -62,3 +62,17 @@ def test_an_unreadable_kept_file_is_learned_again(tmp_path):
     again = build_tokenizers(config, corpus, log=said.append)
     assert said[0].startswith("learning the vocabularies")
     assert [t.to_dict() for t in again] == [t.to_dict() for t in learned]
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path, monkeypatch):
+    import companion.runs.identity as identity
+
+    corpus = folder_corpus(write_corpus(tmp_path / "data"), "en", "de")
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(identity, "_write_atomically", full_disk)
+    with pytest.warns(UserWarning, match=r"could not be kept in the cache \(\[Errno 28\] No space left on device\)"):
+        learned = build_tokenizers(_config(tmp_path / "cache", tokenizer="bpe", vocab_size=60), corpus)
+    assert learned[0].vocab_size > 4
