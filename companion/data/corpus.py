@@ -140,7 +140,9 @@ def _clean_pairs(raw: Iterator[tuple[str, str]], where: str) -> Iterator[tuple[s
         else:
             dropped += 1
     if dropped:
-        warnings.warn(f"{where}: dropped {dropped} pair(s) with an empty side", stacklevel=2)
+        # stacklevel 1: one place, so that Python's default filter shows it once although a run reads the corpus
+        # more than once (vocabularies, then token ids); a generator's caller differs between those readings
+        warnings.warn(f"{where}: dropped {dropped} pair(s) with an empty side", stacklevel=1)
     if not kept:
         raise DataError(f"{where} hold(s) no sentence pair ({dropped} pair(s), none with text on both sides)")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -496,3 +498,15 @@ def test_an_own_en_de_folder_named_by_the_environment_and_a_dataset_folder_resum
     assert code == 0, stderr
     code, stdout, stderr = train(capsys, *command, "--cache-dir", "cache", "--max-steps", "2", "--resume")
     assert code == 0 and "resumed at step 1" in stdout, stderr
+
+
+@pytest.mark.slow
+def test_pairs_with_an_empty_side_are_reported_once_per_run(tmp_path):
+    """A run reads its corpus more than once (vocabularies, then token ids); the dropped pairs are said once."""
+    lines = [f"{s}\t{t}" for s, t in make_pairs("fr", "en", 60, 0)] + ["\tnothing", "rien\t"]
+    (tmp_path / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    given = ["--src", "fr", "--tgt", "en", "--train", str(tmp_path / "train.tsv"), "--max-steps", "1"]
+    given += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")]
+    # a process of its own: Python's warning filters as a reader's shell has them (pytest shows every repeat)
+    done = subprocess.run([sys.executable, "-m", "companion", "train", *FAST, *given], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr.count("dropped 2 pair(s) with an empty side") == 1, done.stderr
