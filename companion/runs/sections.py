@@ -252,7 +252,7 @@ class DataConfig:
 
     def is_multi30k(self) -> bool:
         """Whether the run reads Multi30k itself (no source given, or a folder in en and de with Multi30k's
-        validation files: :func:`companion.data.multi30k.is_multi30k_folder`): read into memory as before, so that
+        validation files: ``companion.data.multi30k.is_multi30k_folder``): read into memory as before, so that
         Multi30k runs keep their batches. A folder of one's own en and de files without them is not Multi30k."""
         if self.task != TRANSLATION or self.train_files or self.hf_dataset:
             return False
@@ -272,7 +272,7 @@ class DataConfig:
 
     def _reads_multi30k_with_its_validation(self) -> bool:
         """Whether the data are Multi30k with its own validation split: no source given, or an existing en/de folder
-        that :func:`~companion.data.multi30k.is_multi30k_folder` takes for Multi30k (a folder gone since a run
+        that ``is_multi30k_folder`` takes for Multi30k (a folder gone since a run
         recorded it is not judged here: reading it says so)."""
         if self.task != TRANSLATION or self.train_files or self.hf_dataset:
             return False
